@@ -1,0 +1,517 @@
+"""The RFC 46 (Dafka) wire codec: the nine message types, XPUB subscription
+frames, and the tower/beacon frames.
+
+Byte-exact with the reference C encoder (see ``rfc/dafka.md``).  Frame 1 of
+every message is::
+
+    id(1) topic NUL version(=1) fields...
+
+where a ``string`` is a 1-byte length and bytes, a ``strings`` list is a u32
+count then u32 length + bytes each, and integers are big-endian.  RECORD and
+DIRECT-RECORD carry the record content as a second frame; no other type has
+one.
+
+Strings travel as bytes; this module maps them to ``str`` with UTF-8 and
+``surrogateescape`` so that any byte string from a peer round-trips exactly.
+Decoding anything that is not a valid message raises :class:`MalformedMessage`
+and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+VERSION = 1
+MAX_STRING = 255
+MAX_SEQUENCE = 2**64 - 1
+MAX_COUNT = 2**32 - 1
+
+# Message ids (frame 1, byte 0).
+RECORD = b"M"
+DIRECT_RECORD = b"D"
+FETCH = b"F"
+ACK = b"K"
+HEAD = b"H"
+DIRECT_HEAD = b"E"
+GET_HEADS = b"G"
+CONSUMER_HELLO = b"W"
+STORE_HELLO = b"L"
+
+# Tower / beacon frames.
+BEACON = b"B"
+WELCOME = b"W"
+
+_ENC = "utf-8"
+_ERRORS = "surrogateescape"
+
+
+class MalformedMessage(ValueError):
+    """Raised by every decoder in this module for input that is not a valid
+    message; ``reason`` says what is wrong."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _b(s: str) -> bytes:
+    return s.encode(_ENC, _ERRORS)
+
+
+def _s(b: bytes) -> str:
+    return b.decode(_ENC, _ERRORS)
+
+
+# --------------------------------------------------------------------------
+# Message values
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMsg:
+    """RECORD: a record published by a producer. topic = topic name."""
+
+    topic: str
+    address: str
+    subject: str
+    sequence: int
+    content: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DirectRecordMsg:
+    """DIRECT-RECORD: a record sent in answer to FETCH. topic = requester address."""
+
+    topic: str
+    address: str
+    subject: str
+    sequence: int
+    content: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FetchMsg:
+    """FETCH: ask for ``count`` records from ``sequence``. topic = producer address;
+    address = the requester's own address."""
+
+    topic: str
+    address: str
+    subject: str
+    sequence: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class AckMsg:
+    """ACK: a store has written the partition through ``sequence``. topic = producer address."""
+
+    topic: str
+    subject: str
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeadMsg:
+    """HEAD: a producer's last published sequence. topic = topic name."""
+
+    topic: str
+    address: str
+    subject: str
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class DirectHeadMsg:
+    """DIRECT-HEAD: a store tells a consumer a partition's head. topic = consumer address."""
+
+    topic: str
+    address: str
+    subject: str
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class GetHeadsMsg:
+    """GET-HEADS: a consumer asks stores for the heads of a topic. topic = topic name."""
+
+    topic: str
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHelloMsg:
+    """CONSUMER-HELLO: a consumer greets a store reader. topic = reader address."""
+
+    topic: str
+    address: str
+    subjects: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StoreHelloMsg:
+    """STORE-HELLO: a store reader greets a consumer. topic = consumer address."""
+
+    topic: str
+    address: str
+
+
+Message = Union[
+    RecordMsg,
+    DirectRecordMsg,
+    FetchMsg,
+    AckMsg,
+    HeadMsg,
+    DirectHeadMsg,
+    GetHeadsMsg,
+    ConsumerHelloMsg,
+    StoreHelloMsg,
+]
+
+MESSAGE_IDS: dict[type, bytes] = {
+    RecordMsg: RECORD,
+    DirectRecordMsg: DIRECT_RECORD,
+    FetchMsg: FETCH,
+    AckMsg: ACK,
+    HeadMsg: HEAD,
+    DirectHeadMsg: DIRECT_HEAD,
+    GetHeadsMsg: GET_HEADS,
+    ConsumerHelloMsg: CONSUMER_HELLO,
+    StoreHelloMsg: STORE_HELLO,
+}
+
+
+# --------------------------------------------------------------------------
+# Encoding
+# --------------------------------------------------------------------------
+
+
+def _string(value: str, field: str) -> bytes:
+    raw = _b(value)
+    if len(raw) > MAX_STRING:
+        raise ValueError(f"{field} is {len(raw)} bytes long; the wire allows at most {MAX_STRING}")
+    return bytes((len(raw),)) + raw
+
+
+def _topic(value: str) -> bytes:
+    raw = _b(value)
+    if b"\0" in raw:
+        raise ValueError("topic must not contain a NUL byte")
+    return raw
+
+
+def _u64(value: int, field: str = "sequence") -> bytes:
+    if not 0 <= value <= MAX_SEQUENCE:
+        raise ValueError(f"{field} {value} is outside 0..2^64-1")
+    return value.to_bytes(8, "big")
+
+
+def _u32(value: int, field: str) -> bytes:
+    if not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"{field} {value} is outside 0..2^32-1")
+    return value.to_bytes(4, "big")
+
+
+def _header(msg_id: bytes, topic: str) -> bytes:
+    return msg_id + _topic(topic) + b"\0\x01"
+
+
+def encode(msg: Message) -> list[bytes]:
+    """Encode a message into its ZeroMQ frames (one, or two for records).
+
+    Raises ``ValueError`` for values the wire cannot carry (strings over 255
+    bytes, NUL in a topic, integers out of range)."""
+    kind = type(msg)
+    if kind is RecordMsg or kind is DirectRecordMsg:
+        frame = (
+            _header(MESSAGE_IDS[kind], msg.topic)
+            + _string(msg.address, "address")
+            + _string(msg.subject, "subject")
+            + _u64(msg.sequence)
+        )
+        return [frame, bytes(msg.content)]
+    if kind is FetchMsg:
+        return [
+            _header(FETCH, msg.topic)
+            + _string(msg.address, "address")
+            + _string(msg.subject, "subject")
+            + _u64(msg.sequence)
+            + _u32(msg.count, "count")
+        ]
+    if kind is AckMsg:
+        return [_header(ACK, msg.topic) + _string(msg.subject, "subject") + _u64(msg.sequence)]
+    if kind is HeadMsg or kind is DirectHeadMsg:
+        return [
+            _header(MESSAGE_IDS[kind], msg.topic)
+            + _string(msg.address, "address")
+            + _string(msg.subject, "subject")
+            + _u64(msg.sequence)
+        ]
+    if kind is GetHeadsMsg or kind is StoreHelloMsg:
+        return [_header(MESSAGE_IDS[kind], msg.topic) + _string(msg.address, "address")]
+    if kind is ConsumerHelloMsg:
+        parts = [_header(CONSUMER_HELLO, msg.topic), _string(msg.address, "address")]
+        parts.append(_u32(len(msg.subjects), "subjects count"))
+        for subject in msg.subjects:
+            raw = _b(subject)
+            if len(raw) > MAX_STRING:
+                raise ValueError(f"subject is {len(raw)} bytes long; at most {MAX_STRING}")
+            parts.append(len(raw).to_bytes(4, "big") + raw)
+        return [b"".join(parts)]
+    raise TypeError(f"not a Dafka message: {msg!r}")
+
+
+def record_prefix(msg_id: bytes, topic: str, address: str, subject: str) -> bytes:
+    """Frame 1 of a RECORD/DIRECT-RECORD/HEAD/DIRECT-HEAD without its sequence.
+
+    The hot paths build frame 1 as ``prefix + seq.to_bytes(8, "big")`` and
+    recognise known partitions by ``frame[:-8]``."""
+    return _header(msg_id, topic) + _string(address, "address") + _string(subject, "subject")
+
+
+# --------------------------------------------------------------------------
+# Decoding
+# --------------------------------------------------------------------------
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes, pos: int) -> None:
+        self.buf = buf
+        self.pos = pos
+
+    def take(self, n: int, what: str) -> bytes:
+        end = self.pos + n
+        if end > len(self.buf):
+            raise MalformedMessage(f"frame truncated in {what}")
+        out = self.buf[self.pos : end]
+        self.pos = end
+        return out
+
+    def string(self, what: str) -> str:
+        (n,) = self.take(1, what)
+        return _s(self.take(n, what))
+
+    def u64(self, what: str = "sequence") -> int:
+        return int.from_bytes(self.take(8, what), "big")
+
+    def u32(self, what: str) -> int:
+        return int.from_bytes(self.take(4, what), "big")
+
+    def strings(self, what: str) -> tuple[str, ...]:
+        count = self.u32(what + " count")
+        if count > len(self.buf) - self.pos:
+            raise MalformedMessage(f"frame truncated in {what}: {count} entries announced")
+        out = []
+        for _ in range(count):
+            n = self.u32(what + " length")
+            if n > MAX_STRING:
+                raise MalformedMessage(f"{what} entry length {n} is over {MAX_STRING}")
+            out.append(_s(self.take(n, what)))
+        return tuple(out)
+
+    def end(self) -> None:
+        if self.pos != len(self.buf):
+            raise MalformedMessage(f"{len(self.buf) - self.pos} unexpected trailing bytes in frame 1")
+
+
+_TWO_FRAMES = frozenset((RECORD, DIRECT_RECORD))
+_KNOWN_IDS = frozenset(MESSAGE_IDS.values())
+
+
+def decode(frames: Sequence[bytes]) -> Message:
+    """Decode the frames of one message received on a SUB socket."""
+    if not frames:
+        raise MalformedMessage("no frames")
+    frame = frames[0]
+    if not isinstance(frame, (bytes, bytearray, memoryview)):
+        raise MalformedMessage("frame is not bytes")
+    frame = bytes(frame)
+    if not frame:
+        raise MalformedMessage("empty frame 1")
+    msg_id = frame[:1]
+    if msg_id not in _KNOWN_IDS:
+        raise MalformedMessage(f"unknown message id {msg_id!r}")
+    expected = 2 if msg_id in _TWO_FRAMES else 1
+    if len(frames) != expected:
+        raise MalformedMessage(f"{_NAMES[msg_id]} needs {expected} frame(s), got {len(frames)}")
+    nul = frame.find(b"\0", 1)
+    if nul < 0:
+        raise MalformedMessage("no NUL after the topic")
+    topic = _s(frame[1:nul])
+    r = _Reader(frame, nul + 1)
+    (version,) = r.take(1, "version")
+    if version != VERSION:
+        raise MalformedMessage(f"version {version}, expected {VERSION}")
+    if msg_id in _TWO_FRAMES:
+        address = r.string("address")
+        subject = r.string("subject")
+        seq = r.u64()
+        r.end()
+        content = frames[1]
+        if not isinstance(content, bytes):
+            try:
+                content = bytes(content)
+            except TypeError:
+                raise MalformedMessage("content frame is not bytes") from None
+        cls = RecordMsg if msg_id == RECORD else DirectRecordMsg
+        return cls(topic, address, subject, seq, content)
+    if msg_id == FETCH:
+        address = r.string("address")
+        subject = r.string("subject")
+        seq = r.u64()
+        count = r.u32("count")
+        r.end()
+        return FetchMsg(topic, address, subject, seq, count)
+    if msg_id == ACK:
+        subject = r.string("subject")
+        seq = r.u64()
+        r.end()
+        return AckMsg(topic, subject, seq)
+    if msg_id == HEAD or msg_id == DIRECT_HEAD:
+        address = r.string("address")
+        subject = r.string("subject")
+        seq = r.u64()
+        r.end()
+        cls = HeadMsg if msg_id == HEAD else DirectHeadMsg
+        return cls(topic, address, subject, seq)
+    if msg_id == CONSUMER_HELLO:
+        address = r.string("address")
+        subjects = r.strings("subjects")
+        r.end()
+        return ConsumerHelloMsg(topic, address, subjects)
+    address = r.string("address")
+    r.end()
+    cls = GetHeadsMsg if msg_id == GET_HEADS else StoreHelloMsg
+    return cls(topic, address)
+
+
+_NAMES = {
+    RECORD: "RECORD",
+    DIRECT_RECORD: "DIRECT-RECORD",
+    FETCH: "FETCH",
+    ACK: "ACK",
+    HEAD: "HEAD",
+    DIRECT_HEAD: "DIRECT-HEAD",
+    GET_HEADS: "GET-HEADS",
+    CONSUMER_HELLO: "CONSUMER-HELLO",
+    STORE_HELLO: "STORE-HELLO",
+}
+
+
+def message_name(msg_id: bytes) -> str:
+    """The RFC name of a message id, e.g. ``b"M"`` -> ``"RECORD"``."""
+    return _NAMES.get(msg_id, repr(msg_id))
+
+
+# --------------------------------------------------------------------------
+# Subscriptions
+# --------------------------------------------------------------------------
+
+
+def subscription(msg_id: bytes, topic: str = "", exact: bool = False) -> bytes:
+    """The SUB prefix for messages of ``msg_id`` whose topic starts with
+    ``topic``; with ``exact`` the topic's NUL terminator is included so that
+    only that exact topic matches (``hello`` no longer matches ``hello2``)."""
+    raw = msg_id + _topic(topic)
+    return raw + b"\0" if exact else raw
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """A (un)subscription frame as seen on an XPUB socket."""
+
+    subscribe: bool
+    msg_id: bytes  # b"" when the whole stream was subscribed
+    topic: str
+    exact: bool = False  # the prefix ended with the topic's NUL
+
+
+def decode_subscription(frame: bytes) -> Subscription:
+    """Decode ``0x01|0x00 id topic [NUL]`` as received by an XPUB socket."""
+    if not isinstance(frame, (bytes, bytearray, memoryview)):
+        raise MalformedMessage("subscription frame is not bytes")
+    frame = bytes(frame)
+    if not frame:
+        raise MalformedMessage("empty subscription frame")
+    flag = frame[0]
+    if flag not in (0, 1):
+        raise MalformedMessage(f"subscription flag {flag} is neither 0 nor 1")
+    msg_id = frame[1:2]
+    rest = frame[2:]
+    exact = rest.endswith(b"\0")
+    if exact:
+        rest = rest[:-1]
+    if b"\0" in rest:
+        raise MalformedMessage("NUL inside a subscribed topic")
+    return Subscription(flag == 1, msg_id, _s(rest), exact)
+
+
+def encode_subscription(sub: Subscription) -> bytes:
+    """The frame an XPUB sees for ``sub`` (useful for tests and proxies)."""
+    body = sub.msg_id + _topic(sub.topic) + (b"\0" if sub.exact else b"")
+    return (b"\x01" if sub.subscribe else b"\x00") + body
+
+
+# --------------------------------------------------------------------------
+# Tower and beacon frames
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Beacon:
+    """Peer -> tower: ``"B", sender, host, port``; host may be empty."""
+
+    sender: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class TowerBeacon:
+    """Tower -> peers: ``"B", sender, "tcp://host:port"``."""
+
+    sender: str
+    endpoint: str
+
+
+def encode_beacon(beacon: Beacon) -> list[bytes]:
+    if not 0 < beacon.port < 65536:
+        raise ValueError(f"port {beacon.port} is outside 1..65535")
+    return [BEACON, _b(beacon.sender), _b(beacon.host), str(beacon.port).encode()]
+
+
+def decode_beacon(frames: Sequence[bytes]) -> Beacon:
+    if len(frames) != 4:
+        raise MalformedMessage(f"beacon needs 4 frames, got {len(frames)}")
+    frames = [bytes(f) for f in frames]
+    if frames[0] != BEACON:
+        raise MalformedMessage(f"beacon starts with {frames[0]!r}, not 'B'")
+    port_text = frames[3]
+    if not port_text.isdigit() or len(port_text) > 5:
+        raise MalformedMessage(f"beacon port {port_text!r} is not a decimal number")
+    port = int(port_text)
+    if not 0 < port < 65536:
+        raise MalformedMessage(f"beacon port {port} is outside 1..65535")
+    if not frames[1]:
+        raise MalformedMessage("beacon has an empty sender")
+    return Beacon(_s(frames[1]), _s(frames[2]), port)
+
+
+def encode_tower_beacon(beacon: TowerBeacon) -> list[bytes]:
+    return [BEACON, _b(beacon.sender), _b(beacon.endpoint)]
+
+
+def decode_tower_beacon(frames: Sequence[bytes]) -> TowerBeacon:
+    if len(frames) != 3:
+        raise MalformedMessage(f"tower beacon needs 3 frames, got {len(frames)}")
+    frames = [bytes(f) for f in frames]
+    if frames[0] != BEACON:
+        raise MalformedMessage(f"tower beacon starts with {frames[0]!r}, not 'B'")
+    endpoint = _s(frames[2])
+    if "://" not in endpoint:
+        raise MalformedMessage(f"tower beacon endpoint {endpoint!r} is not a ZeroMQ endpoint")
+    if not frames[1]:
+        raise MalformedMessage("tower beacon has an empty sender")
+    return TowerBeacon(_s(frames[1]), endpoint)
