@@ -491,6 +491,8 @@ def decode_beacon(frames: Sequence[bytes]) -> Beacon:
     port_text = frames[3]
     if not port_text.isdigit() or len(port_text) > 5:
         raise MalformedMessage(f"beacon port {port_text!r} is not a decimal number")
+    if len(port_text) > 1 and port_text[:1] == b"0":
+        raise MalformedMessage(f"beacon port {port_text!r} has a leading zero")
     port = int(port_text)
     if not 0 < port < 65536:
         raise MalformedMessage(f"beacon port {port} is outside 1..65535")

@@ -1,0 +1,268 @@
+"""Discovery through towers: every peer runs a :class:`Beacon`.
+
+A beacon announces the peer's bound data endpoint to the tower(s) and reports
+the other peers the tower relays, as CONNECT/DISCONNECT events.  The logic is
+the sans-I/O :class:`BeaconState`; :class:`Beacon` is the thread that owns the
+two tower sockets and drives it, like the reference's beacon actor.
+
+Differences from the reference (all invisible on the wire):
+
+* the publishing socket is an XPUB, so the beacon sees the tower's
+  subscription arrive and announces itself at that moment instead of losing
+  its first beacon to a connection not yet made;
+* a peer that is waiting for a tower says so in the log and in
+  :attr:`Beacon.connected`, and keeps retrying: it never blocks its owner.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import zmq
+
+from . import net, proto
+
+log = logging.getLogger(__name__)
+
+CONNECT = b"CONNECT"
+DISCONNECT = b"DISCONNECT"
+
+
+class PeerEvent(NamedTuple):
+    kind: bytes  # CONNECT or DISCONNECT
+    endpoint: str
+    sender: str
+
+
+@dataclass
+class _Peer:
+    sender: str
+    expires: float
+
+
+@dataclass
+class BeaconState:
+    """Peer tracking, free of I/O: feed it tower frames and time."""
+
+    sender: str
+    interval: float
+    timeout: float
+    peers: dict[str, _Peer] = field(default_factory=dict)
+    welcomed: bool = False
+    malformed: int = 0
+
+    def on_frames(self, frames: list[bytes], now: float) -> tuple[list[PeerEvent], bool]:
+        """Handle one message from the tower; returns the events and whether
+        our own beacon should go out at once (a peer we did not know)."""
+        if frames == [proto.WELCOME]:
+            self.welcomed = True
+            return [], True
+        try:
+            beacon = proto.decode_tower_beacon(frames)
+        except proto.MalformedMessage as exc:
+            self.malformed += 1
+            log.debug("dropped malformed tower frame: %s", exc)
+            return [], False
+        self.welcomed = True
+        if beacon.sender == self.sender:
+            return [], False
+        known = self.peers.get(beacon.endpoint)
+        if known is not None and known.sender == beacon.sender:
+            known.expires = now + self.timeout
+            return [], False
+        events = []
+        if known is not None:
+            events.append(PeerEvent(DISCONNECT, beacon.endpoint, known.sender))
+        self.peers[beacon.endpoint] = _Peer(beacon.sender, now + self.timeout)
+        events.append(PeerEvent(CONNECT, beacon.endpoint, beacon.sender))
+        return events, True
+
+    def expire(self, now: float) -> list[PeerEvent]:
+        gone = [ep for ep, peer in self.peers.items() if peer.expires <= now]
+        return [PeerEvent(DISCONNECT, ep, self.peers.pop(ep).sender) for ep in gone]
+
+    def next_expiry(self) -> float | None:
+        return min((p.expires for p in self.peers.values()), default=None)
+
+
+class Beacon:
+    """The discovery thread of one peer.
+
+    ``events`` is the peer's end of an inproc PAIR pipe: poll it in the peer's
+    loop and pass it to :meth:`read_events`."""
+
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        sender: str,
+        port: int,
+        *,
+        host: str,
+        tower_sub: str,
+        tower_pub: str,
+        interval_ms: int = 1000,
+        timeout_ms: int = 4000,
+        name: str = "peer",
+    ) -> None:
+        self.sender = sender
+        self.host = host
+        self.port = port
+        self.name = name
+        self._tower_sub = net.split_endpoints(tower_sub)
+        self._tower_pub = net.split_endpoints(tower_pub)
+        self._state = BeaconState(sender, interval_ms / 1000.0, timeout_ms / 1000.0)
+        self._frames = proto.encode_beacon(proto.Beacon(sender, host, port))
+        self._ctx = ctx
+        pipe_name = f"inproc://dafka-beacon-{id(self):x}-{sender}"
+        self.events = ctx.socket(zmq.PAIR)
+        self.events.linger = 0
+        self.events.bind(pipe_name)
+        self._pipe_name = pipe_name
+        self._control = ctx.socket(zmq.PAIR)
+        self._control.linger = 0
+        self._control.bind(pipe_name + "-ctl")
+        self._control_lock = threading.Lock()
+        self._ready = threading.Event()
+        self._connected = threading.Event()
+        self._peers_snapshot: dict[str, str] = {}
+        self._thread = threading.Thread(target=self._run, name=f"dafka-beacon-{name}", daemon=True)
+
+    # -- API (any thread) ---------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """True once a tower has answered (welcome or a relayed beacon)."""
+        return self._connected.is_set()
+
+    def wait_connected(self, timeout: float | None = None) -> bool:
+        return self._connected.wait(timeout)
+
+    def peers(self) -> dict[str, str]:
+        """Live peers: endpoint -> sender address."""
+        return dict(self._peers_snapshot)
+
+    def start(self) -> "Beacon":
+        self._thread.start()
+        self._ready.wait()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        if self._thread.is_alive():
+            with self._control_lock:
+                self._control.send(b"$TERM")
+            self._thread.join(timeout)
+        self._control.close()
+        self.events.close()
+
+    @staticmethod
+    def read_events(pipe: zmq.Socket) -> list[PeerEvent]:
+        events = []
+        while True:
+            try:
+                kind, endpoint, sender = pipe.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return events
+            events.append(PeerEvent(kind, endpoint.decode(), sender.decode()))
+
+    # -- the thread ---------------------------------------------------------
+
+    def _run(self) -> None:
+        ctx = self._ctx
+        out = ctx.socket(zmq.PAIR)
+        out.linger = 0
+        out.connect(self._pipe_name)
+        control = ctx.socket(zmq.PAIR)
+        control.linger = 0
+        control.connect(self._pipe_name + "-ctl")
+        publisher = ctx.socket(zmq.XPUB)
+        publisher.linger = 0
+        for endpoint in self._tower_sub:
+            publisher.connect(endpoint)
+        subscriber = ctx.socket(zmq.SUB)
+        subscriber.linger = 0
+        subscriber.setsockopt(zmq.SUBSCRIBE, proto.BEACON)
+        subscriber.setsockopt(zmq.SUBSCRIBE, proto.WELCOME)
+        for endpoint in self._tower_pub:
+            subscriber.connect(endpoint)
+        self._ready.set()
+        poller = zmq.Poller()
+        for sock in (control, publisher, subscriber):
+            poller.register(sock, zmq.POLLIN)
+        state = self._state
+        started = time.monotonic()
+        next_beacon = started
+        next_warning = started + 2.0
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= next_beacon:
+                    publisher.send_multipart(self._frames)
+                    next_beacon = now + state.interval
+                for event in state.expire(now):
+                    self._emit(out, event)
+                if not state.welcomed and now >= next_warning:
+                    log.warning(
+                        "%s %s: no tower answers at %s; still trying",
+                        self.name, self.sender, ",".join(self._tower_pub),
+                    )
+                    next_warning = now + 10.0
+                wake = [next_beacon]
+                expiry = state.next_expiry()
+                if expiry is not None:
+                    wake.append(expiry)
+                if not state.welcomed:
+                    # libzmq does not wake poll() for the XPUB welcome message:
+                    # look for it with a non-blocking read every 50 ms.
+                    wake.append(now + 0.05)
+                timeout_ms = max(0, int((min(wake) - now) * 1000) + 1)
+                ready = dict(poller.poll(timeout_ms))
+                if control in ready:
+                    return
+                if publisher in ready:
+                    self._drain_subscriptions(publisher)
+                    next_beacon = time.monotonic()
+                    continue
+                if self._drain_tower(subscriber, out):
+                    next_beacon = time.monotonic()
+        finally:
+            for sock in (out, control, publisher, subscriber):
+                sock.close(0)
+
+    def _drain_subscriptions(self, publisher: zmq.Socket) -> None:
+        while True:
+            try:
+                publisher.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
+    def _drain_tower(self, subscriber: zmq.Socket, out: zmq.Socket) -> bool:
+        """Read every pending tower message; True if we should beacon now."""
+        state = self._state
+        beacon_now = False
+        while True:
+            try:
+                frames = subscriber.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            was_welcomed = state.welcomed
+            events, urgent = state.on_frames(frames, time.monotonic())
+            if state.welcomed and not was_welcomed:
+                log.info("%s %s: tower reached", self.name, self.sender)
+                self._connected.set()
+            for event in events:
+                self._emit(out, event)
+            beacon_now = beacon_now or urgent
+        return beacon_now
+
+    def _emit(self, out: zmq.Socket, event: PeerEvent) -> None:
+        if event.kind == CONNECT:
+            self._peers_snapshot[event.endpoint] = event.sender
+            log.debug("%s %s: peer %s at %s", self.name, self.sender, event.sender, event.endpoint)
+        else:
+            self._peers_snapshot.pop(event.endpoint, None)
+            log.debug("%s %s: peer %s at %s expired", self.name, self.sender, event.sender, event.endpoint)
+        out.send_multipart([event.kind, event.endpoint.encode(), event.sender.encode()])

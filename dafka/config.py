@@ -1,0 +1,583 @@
+"""Configuration: the reference's keys and defaults, read from its ZPL files.
+
+The reference (zeromq/dafka) reads its settings with CZMQ's ``zconfig`` from a
+ZPL file (ZeroMQ RFC 4), and this module reads the same files, so an existing
+dafka config works unchanged.  ZPL in short::
+
+    #   A comment
+    producer                      # a name alone opens a section
+        head_interval = 1000      # children are indented 4 spaces per level
+    consumer
+        offset
+            reset = earliest
+    beacon
+        sub_address = "tcp://127.0.0.1:5556"   # values may be quoted "" or ''
+
+* Indentation is exactly 4 spaces per level, never tabs, and a child sits one
+  level below its parent.
+* A name is made of letters, digits and ``$-_@.&+/``.  A node may have both a
+  value and children.  ``a/b = 1`` at the top level is the same key as ``b = 1``
+  inside section ``a``.
+* A ``#`` at the start of a value or after whitespace, outside quotes, starts a
+  comment, so ``tcp://*:5556`` and ``"x # y = z"`` are plain values.
+* Blank lines and comment lines are ignored whatever their indentation.
+
+Keys are addressed by their path (``"producer/head_interval"``).  The schema
+is :data:`KEYS`; :class:`Config` is an immutable mapping of typed values built
+from the defaults, then a file, then overrides from code or the command line.
+Anything wrong raises :class:`ConfigError` naming the file, line and key.
+Unknown keys in a file are logged and ignored (the reference ignores them, and
+a config may be shared with other tools); unknown keys in overrides are errors.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+log = logging.getLogger("dafka.config")
+
+__all__ = [
+    "ConfigError",
+    "Key",
+    "KEYS",
+    "define",
+    "parse_zpl",
+    "parse_override",
+    "Config",
+]
+
+KINDS = ("int", "bool", "str", "choice")
+
+# Integers end up in socket options and 64-bit counters; refuse anything that
+# cannot fit rather than failing later deep inside the transport.
+_INT_MAX = 2**63 - 1
+_INT_MIN = -(2**63)
+
+_NAME = re.compile(r"[A-Za-z0-9$\-_@.&+/]+")
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+_COMMENT = re.compile(r"(?:^|\s)#")
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+class ConfigError(ValueError):
+    """A bad config file, value or key.
+
+    ``file`` is the file (or other source, e.g. ``"command line"``) the bad
+    setting came from, ``line`` its 1-based line number, ``key`` the key path
+    and ``reason`` what is wrong.  Each may be None except ``reason``.
+    ``str(err)`` reads ``file:line: key: reason``; an error about a whole file
+    (no line, no key) reads ``reason: file``.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        key: str | None = None,
+    ) -> None:
+        self.file = file
+        self.line = line
+        self.key = key
+        self.reason = reason
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        if self.file is not None and self.line is None and self.key is None:
+            return f"{self.reason}: {self.file}"
+        where = self.file if self.file is not None else ""
+        if self.line is not None:
+            where = f"{where}:{self.line}" if where else f"line {self.line}"
+        parts = [p for p in (where, self.key) if p]
+        return ": ".join([*parts, self.reason])
+
+
+@dataclass(frozen=True)
+class Key:
+    """One config key: its path, type, default and a one-line description.
+
+    ``unit`` (plural, e.g. ``"milliseconds"``) only improves error messages.
+    """
+
+    path: str
+    kind: str
+    default: object
+    doc: str
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+    unit: str = ""
+
+    def parse(self, value: object) -> object:
+        """Return ``value`` as this key's type: strings are parsed, typed
+        values are checked.  Raises ``ValueError`` with the reason."""
+        return _PARSERS[self.kind](self, value)
+
+
+# --------------------------------------------------------------------------
+# Values
+# --------------------------------------------------------------------------
+
+
+def _parse_int(key: Key, value: object) -> int:
+    expected = f"an integer number of {key.unit}" if key.unit else "an integer"
+    if isinstance(value, str):
+        if not _DECIMAL.fullmatch(value):
+            raise ValueError(f"expected {expected}, got {value!r}")
+        number = int(value)
+        if value[0] in "+-" and key.minimum is not None and key.minimum >= 0:
+            if number >= key.minimum:
+                raise ValueError(f"expected {expected} without a sign, got {value!r}")
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        raise ValueError(f"expected {expected}, got {value!r}")
+    if key.minimum is not None and number < key.minimum:
+        raise ValueError(f"must be at least {key.minimum}, got {number}")
+    if not _INT_MIN <= number <= _INT_MAX:
+        raise ValueError(f"out of range (a 64-bit integer), got {number}")
+    return number
+
+
+def _parse_bool(key: Key, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        word = value.lower()
+        if word in _TRUE:
+            return True
+        if word in _FALSE:
+            return False
+    raise ValueError(
+        f"expected a boolean (0/1, true/false, yes/no, on/off), got {value!r}"
+    )
+
+
+def _parse_str(key: Key, value: object) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    if _zpl_value(value) is None:
+        raise ValueError(
+            f"cannot be written in a ZPL file (a line break, or both kinds of "
+            f"quote with leading/trailing spaces or ' #'), got {value!r}"
+        )
+    return value
+
+
+def _parse_choice(key: Key, value: object) -> str:
+    if isinstance(value, str) and value.lower() in key.choices:
+        return value.lower()
+    listed = ", ".join(repr(c) for c in key.choices)
+    raise ValueError(f"expected one of {listed}, got {value!r}")
+
+
+_PARSERS = {
+    "int": _parse_int,
+    "bool": _parse_bool,
+    "str": _parse_str,
+    "choice": _parse_choice,
+}
+
+
+def _zpl_value(text: str) -> str | None:
+    """``text`` as it can be written after ``=`` in ZPL, or None if it cannot.
+
+    ZPL has no escapes: a quoted value cannot hold its own quote character
+    and an unquoted one cannot hold a comment or surrounding spaces.
+    """
+    if "\n" in text or "\r" in text:
+        return None
+    if '"' not in text:
+        return f'"{text}"'
+    if "'" not in text:
+        return f"'{text}'"
+    if text == text.strip() and text[0] not in "\"'" and not _COMMENT.search(text):
+        return text
+    return None
+
+
+def _format_value(key: Key, value: object) -> str:
+    if key.kind == "bool":
+        return "1" if value else "0"
+    if key.kind == "int":
+        return str(value)
+    quoted = _zpl_value(str(value))
+    assert quoted is not None, "str values are checked on the way in"
+    return quoted
+
+
+# --------------------------------------------------------------------------
+# Schema
+# --------------------------------------------------------------------------
+
+KEYS: dict[str, Key] = {}
+
+
+def define(
+    path: str,
+    kind: str,
+    default: object,
+    doc: str,
+    *,
+    choices: tuple[str, ...] = (),
+    minimum: int | None = None,
+    unit: str = "",
+) -> Key:
+    """Add a key to the schema and return it.
+
+    Defining the same key again identically is a no-op (so modules may be
+    reloaded); a conflicting definition is a ``ValueError``.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"{path}: kind must be one of {KINDS}, got {kind!r}")
+    if not _NAME.fullmatch(path) or "" in path.split("/"):
+        raise ValueError(f"invalid key path {path!r}")
+    if "\n" in doc:
+        raise ValueError(f"{path}: doc must be one line")
+    if (kind == "choice") != bool(choices):
+        raise ValueError(f"{path}: choices are required for, and only for, kind 'choice'")
+    key = Key(path, kind, None, doc, tuple(c.lower() for c in choices), minimum, unit)
+    try:
+        key = Key(path, kind, key.parse(default), doc, key.choices, minimum, unit)
+    except ValueError as exc:
+        raise ValueError(f"{path}: bad default: {exc}") from None
+    existing = KEYS.get(path)
+    if existing is not None:
+        if existing != key:
+            raise ValueError(f"{path}: already defined differently: {existing}")
+        return existing
+    KEYS[path] = key
+    return key
+
+
+_MS = "milliseconds"
+
+# The reference's keys (REFERENCE.md section 5).
+define("tower/verbose", "bool", 0, "log tower activity")
+define("tower/sub_address", "str", "tcp://*:5556", "tower XSUB bind address (beacons come in)")
+define("tower/pub_address", "str", "tcp://*:5557", "tower XPUB bind address (beacons go out)")
+define("beacon/verbose", "bool", 0, "log beacon activity")
+define("beacon/interval", "int", 1000, "beacon period", minimum=1, unit=_MS)
+define("beacon/timeout", "int", 4000, "peer expiry after its last beacon", minimum=1, unit=_MS)
+define("beacon/sub_address", "str", "tcp://127.0.0.1:5556",
+       "tower XSUB address(es) the beacon publishes to; a comma-separated list is allowed")
+define("beacon/pub_address", "str", "tcp://127.0.0.1:5557",
+       "tower XPUB address the beacon subscribes to")
+define("beacon/address", "str", "",
+       "host to advertise; empty = the local address of the route to the tower")
+define("producer/verbose", "bool", 0, "log producer activity")
+define("producer/head_interval", "int", 1000, "HEAD period", minimum=1, unit=_MS)
+define("producer/high_watermark", "int", 1000000, "producer PUB send / SUB receive high-water mark",
+       minimum=0, unit="messages")
+define("producer/terminate_unacked", "bool", 0, "close at once even with unacknowledged records")
+define("consumer/verbose", "bool", 0, "log consumer activity")
+define("consumer/offset/reset", "choice", "latest",
+       "where a consumer starts on a partition it has no offset for",
+       choices=("latest", "earliest"))
+define("consumer/high_watermark", "int", 1000000, "consumer SUB receive / XPUB send high-water mark",
+       minimum=0, unit="messages")
+define("store/verbose", "bool", 0, "log store activity")
+define("store/db", "str", "storedb", "LevelDB directory of the store (relative to the cwd)")
+define("store/high_watermark", "int", 1000000, "store socket high-water marks",
+       minimum=0, unit="messages")
+define("test/verbose", "bool", 0, "log test peer activity")
+
+# This project's extensions.
+define("beacon/bind_address", "str", "",
+       "interface data sockets bind to; empty = 127.0.0.1 if the advertised address is loopback, else *")
+define("producer/min_acks", "int", 1,
+       "distinct stores that must ACK a record before it is released; 0 = no-store mode",
+       minimum=0, unit="stores")
+define("producer/max_unacked", "int", 1000000, "records held unacknowledged before send blocks",
+       minimum=1, unit="records")
+define("producer/max_unacked_bytes", "int", 134217728,
+       "content bytes held unacknowledged before send blocks", minimum=1, unit="bytes")
+define("producer/max_record_bytes", "int", 1048576, "largest record content send accepts",
+       minimum=0, unit="bytes")
+define("producer/send_timeout", "int", 60000, "how long send blocks while the buffer is full",
+       minimum=0, unit=_MS)
+define("producer/close_timeout", "int", 30000, "how long close waits for outstanding ACKs",
+       minimum=0, unit=_MS)
+define("consumer/fetch_retry", "int", 1000, "wait before an unanswered FETCH is sent again",
+       minimum=1, unit=_MS)
+define("consumer/max_buffered", "int", 100000, "out-of-order records kept per partition",
+       minimum=0, unit="records")
+define("store/sync", "bool", 0, "fsync every write to the database")
+define("store/retention/ms", "int", -1, "age after which records are deleted; -1 = keep forever",
+       minimum=-1, unit=_MS)
+define("store/retention/bytes", "int", -1, "size per partition above which the oldest records "
+       "are deleted; -1 = unlimited", minimum=-1, unit="bytes")
+
+
+def _suggest(path: str) -> str:
+    """A ' (did you mean ...?)' hint for an unknown key, or ''."""
+    matches = [k for k in KEYS if k.endswith("/" + path)]
+    matches += [m for m in difflib.get_close_matches(path, KEYS, n=3) if m not in matches]
+    if not matches:
+        return ""
+    return " (did you mean " + ", ".join(repr(m) for m in matches[:3]) + "?)"
+
+
+def _is_section(path: str) -> bool:
+    return any(k.startswith(path + "/") for k in KEYS)
+
+
+# --------------------------------------------------------------------------
+# ZPL
+# --------------------------------------------------------------------------
+
+
+def parse_zpl(text: str, filename: str = "<string>") -> dict[str, tuple[str, int]]:
+    """Parse ZPL into ``{"a/b/c": (raw value, line number)}``.
+
+    Nodes with ``= value`` are listed, and so are names alone on a line with
+    no children (with value ``""``, as zconfig reads them); a section that
+    only groups children is not.  Values are unquoted and stripped.
+    """
+    nodes: list[tuple[str, str | None, int]] = []  # (path, value or None, line)
+    seen: dict[str, int] = {}
+    parents: set[str] = set()
+    stack: list[str] = []  # path of the latest node at each level
+
+    def fail(lineno: int, reason: str, key: str | None = None) -> ConfigError:
+        return ConfigError(reason, file=filename, line=lineno, key=key)
+
+    for lineno, line in enumerate(text.removeprefix("\ufeff").split("\n"), 1):
+        line = line.rstrip()
+        body = line.lstrip(" ")
+        if not body.strip() or body.lstrip().startswith("#"):
+            continue
+        indent = len(line) - len(body)
+        if body[0] == "\t":
+            raise fail(lineno, "tab in indentation (indent with 4 spaces per level)")
+        if body[0].isspace():
+            raise fail(lineno, f"invalid indentation character {body[0]!r} (use spaces)")
+        if indent % 4:
+            raise fail(lineno, f"indentation of {indent} spaces is not a multiple of 4")
+        level = indent // 4
+        if level > len(stack):
+            raise fail(lineno, f"indented {indent} spaces, but at most {4 * len(stack)} are allowed "
+                               "here (a child goes exactly 4 spaces deeper than its parent)")
+        match = _NAME.match(body)
+        if not match:
+            raise fail(lineno, f"expected a name, got {body!r}")
+        name = match.group()
+        if "" in name.split("/"):
+            raise fail(lineno, f"invalid name {name!r} (empty path segment)")
+        path = f"{stack[level - 1]}/{name}" if level else name
+        try:
+            value = _parse_zpl_value(body[match.end():])
+        except ValueError as exc:
+            raise fail(lineno, str(exc), path) from None
+        if path in seen:
+            raise fail(lineno, f"duplicate key (already set on line {seen[path]})", path)
+        seen[path] = lineno
+        if level:
+            parents.add(stack[level - 1])
+        del stack[level:]
+        stack.append(path)
+        nodes.append((path, value, lineno))
+
+    return {
+        path: ("" if value is None else value, lineno)
+        for path, value, lineno in nodes
+        if value is not None or path not in parents
+    }
+
+
+def _parse_zpl_value(rest: str) -> str | None:
+    """The value in ``rest`` (what follows the name), or None if there is no
+    ``=``.  Raises ``ValueError`` with the reason for a syntax error."""
+    rest = rest.lstrip()
+    if not rest or rest.startswith("#"):
+        return None
+    if not rest.startswith("="):
+        raise ValueError(f"expected '=' or end of line after the name, got {rest!r}")
+    rest = rest[1:].lstrip()
+    if rest[:1] in ("'", '"'):
+        end = rest.find(rest[0], 1)
+        if end < 0:
+            raise ValueError(f"unterminated {rest[0]} quote")
+        tail = rest[end + 1:].lstrip()
+        if tail and not tail.startswith("#"):
+            raise ValueError(f"unexpected text after the quoted value: {tail!r}")
+        return rest[1:end]
+    comment = _COMMENT.search(rest)
+    return (rest[: comment.start()] if comment else rest).rstrip()
+
+
+# --------------------------------------------------------------------------
+# Config
+# --------------------------------------------------------------------------
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    """Split a command-line ``key=value`` into ``(key, value)``.
+
+    The key must exist; the value is checked when it is applied.
+    """
+    key, eq, value = text.partition("=")
+    key = key.strip()
+    if not eq:
+        raise ConfigError(f"expected key=value, got {text!r}", file="command line")
+    if key not in KEYS:
+        raise ConfigError("unknown key" + _suggest(key), file="command line", key=key)
+    return key, value.strip()
+
+
+class Config(Mapping[str, object]):
+    """An immutable mapping of every key in :data:`KEYS` to its typed value.
+
+    ``Config()`` holds the defaults.  Two configs are equal when their values
+    are; where each value came from (:meth:`source`) is not compared.
+    """
+
+    __slots__ = ("_values", "_sources")
+
+    def __init__(self) -> None:
+        self._init({k.path: k.default for k in KEYS.values()}, dict.fromkeys(KEYS, "default"))
+
+    def _init(self, values: dict[str, object], sources: dict[str, str]) -> None:
+        object.__setattr__(self, "_values", MappingProxyType(values))
+        object.__setattr__(self, "_sources", MappingProxyType(sources))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Config is immutable; use with_overrides()")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("Config is immutable")
+
+    # Mapping -------------------------------------------------------------
+
+    def __getitem__(self, key: str) -> object:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        changed = {k: v for k, v in self._values.items() if self._sources[k] != "default"}
+        return f"Config({changed!r})"
+
+    # Building ------------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        overrides: Mapping[str, object] | None = None,
+    ) -> Config:
+        """Defaults, then the ZPL file at ``path`` (if given), then ``overrides``."""
+        if path is None:
+            config = cls()
+            return config.with_overrides(overrides) if overrides else config
+        filename = os.fspath(path)
+        try:
+            with open(filename, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise ConfigError("no such config file", file=filename) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file ({exc.strerror})", file=filename) from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise ConfigError("not valid UTF-8", file=filename, line=line) from None
+        return cls.from_text(text, filename, overrides)
+
+    @classmethod
+    def from_text(
+        cls,
+        text: str,
+        filename: str = "<string>",
+        overrides: Mapping[str, object] | None = None,
+    ) -> Config:
+        """Defaults, then the ZPL ``text`` (errors name ``filename``), then ``overrides``."""
+        config = cls()
+        values = dict(config._values)
+        sources = dict(config._sources)
+        for path, (raw, lineno) in parse_zpl(text, filename).items():
+            key = KEYS.get(path)
+            if key is None:
+                if not (raw == "" and _is_section(path)):
+                    log.warning("%s:%d: unknown key %r ignored%s",
+                                filename, lineno, path, _suggest(path))
+                continue
+            try:
+                values[path] = key.parse(raw)
+            except ValueError as exc:
+                raise ConfigError(str(exc), file=filename, line=lineno, key=path) from None
+            sources[path] = f"{filename}:{lineno}"
+        config._init(values, sources)
+        return config.with_overrides(overrides) if overrides else config
+
+    def with_overrides(self, overrides: Mapping[str, object], source: str = "override") -> Config:
+        """A copy with ``overrides`` applied; values may be typed or strings to
+        parse.  An unknown key or bad value is a :class:`ConfigError` naming
+        ``source``."""
+        values = {k.path: k.default for k in KEYS.values()}
+        sources = dict.fromkeys(KEYS, "default")
+        values.update(self._values)
+        sources.update(self._sources)
+        for path, value in overrides.items():
+            key = KEYS.get(path)
+            if key is None:
+                raise ConfigError("unknown key" + _suggest(path), file=source, key=path)
+            try:
+                values[path] = key.parse(value)
+            except ValueError as exc:
+                raise ConfigError(str(exc), file=source, key=path) from None
+            sources[path] = source
+        config = object.__new__(type(self))
+        config._init(values, sources)
+        return config
+
+    # Reporting -----------------------------------------------------------
+
+    def source(self, key: str) -> str:
+        """Where ``key``'s value came from: ``"default"``, ``"file:line"``,
+        or the source given to :meth:`with_overrides`."""
+        return self._sources[key]
+
+    def to_zpl(self) -> str:
+        """Every key as a ZPL file, with each key's doc as a comment; it loads
+        back into an equal config."""
+        tree: dict = {}
+        for path in self._values:
+            node = tree
+            for name in path.split("/"):
+                node = node.setdefault(name, {})
+            node[None] = path  # the None entry marks a node with a value
+        lines = ["#   Dafka configuration"]
+        self._dump(tree, 0, lines)
+        return "\n".join(lines) + "\n"
+
+    def _dump(self, tree: dict, level: int, lines: list[str]) -> None:
+        indent = "    " * level
+        for name, node in tree.items():
+            if name is None:
+                continue
+            path = node.get(None)
+            if path is None:
+                lines.append(f"{indent}{name}")
+            else:
+                key = KEYS[path]
+                unit = f" ({key.unit})" if key.unit else ""
+                lines.append(f"{indent}#   {key.doc}{unit}")
+                lines.append(f"{indent}{name} = {_format_value(key, self._values[path])}")
+            self._dump(node, level + 1, lines)

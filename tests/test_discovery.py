@@ -1,0 +1,149 @@
+"""Tower and beacons on ephemeral loopback ports."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import zmq
+
+from conftest import loopback_config, wait_for
+from dafka import proto
+from dafka.beacon import CONNECT, DISCONNECT, Beacon, BeaconState
+from dafka.towerd.tower import Tower, TowerState
+
+
+def make_beacon(tower: Tower, sender: str, port: int, interval_ms: int = 1000, timeout_ms: int = 4000) -> Beacon:
+    return Beacon(
+        zmq.Context.instance(), sender, port,
+        host="127.0.0.1", tower_sub=tower.sub_endpoint, tower_pub=tower.pub_endpoint,
+        interval_ms=interval_ms, timeout_ms=timeout_ms, name="test",
+    ).start()
+
+
+def collect(beacon: Beacon, events: list, timeout: float = 0.05) -> list:
+    if beacon.events.poll(int(timeout * 1000)):
+        events.extend(Beacon.read_events(beacon.events))
+    return events
+
+
+def test_two_beacons_find_each_other(tower):
+    a = make_beacon(tower, "A" * 32, 40001)
+    b = make_beacon(tower, "B" * 32, 40002)
+    try:
+        got_a, got_b = [], []
+        wait_for(lambda: any(e.sender == "B" * 32 for e in collect(a, got_a)), 5, what="A sees B")
+        wait_for(lambda: any(e.sender == "A" * 32 for e in collect(b, got_b)), 5, what="B sees A")
+        assert (CONNECT, "tcp://127.0.0.1:40002", "B" * 32) in got_a
+        assert (CONNECT, "tcp://127.0.0.1:40001", "A" * 32) in got_b
+        assert a.connected and b.connected
+        assert tower.peers() == {"A" * 32: "tcp://127.0.0.1:40001", "B" * 32: "tcp://127.0.0.1:40002"}
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_late_peer_sees_existing_peer_well_under_one_interval(tower):
+    a = make_beacon(tower, "A" * 32, 40001)
+    try:
+        wait_for(lambda: tower.peers(), 5, what="tower learns A")
+        started = time.monotonic()
+        b = make_beacon(tower, "B" * 32, 40002)
+        try:
+            got = []
+            wait_for(lambda: collect(b, got, 0.005), 2, interval=0.001, what="B sees A")
+            elapsed = time.monotonic() - started
+            assert got[0] == (CONNECT, "tcp://127.0.0.1:40001", "A" * 32)
+            assert elapsed < 0.5, f"took {elapsed:.3f}s"
+        finally:
+            b.stop()
+    finally:
+        a.stop()
+
+
+def test_stopped_peer_expires_after_timeout(tower):
+    a = make_beacon(tower, "A" * 32, 40001, interval_ms=100, timeout_ms=600)
+    b = make_beacon(tower, "B" * 32, 40002, interval_ms=100, timeout_ms=600)
+    try:
+        got = []
+        wait_for(lambda: any(e.kind == CONNECT for e in collect(a, got)), 5, what="A sees B")
+        b.stop()
+        stopped = time.monotonic()
+        wait_for(lambda: any(e.kind == DISCONNECT for e in collect(a, got)), 5, what="B expires")
+        elapsed = time.monotonic() - stopped
+        assert (DISCONNECT, "tcp://127.0.0.1:40002", "B" * 32) in got
+        assert 0.4 < elapsed < 2.0, elapsed
+        assert a.peers() == {}
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_beacon_without_tower_does_not_block_and_reports_state():
+    ctx = zmq.Context.instance()
+    dead = ctx.socket(zmq.XSUB)
+    dead.bind("tcp://127.0.0.1:*")
+    endpoint = dead.last_endpoint.decode()
+    dead.close(0)  # a port nobody listens on any more
+    started = time.monotonic()
+    a = Beacon(ctx, "A" * 32, 40001, host="127.0.0.1", tower_sub=endpoint, tower_pub=endpoint).start()
+    try:
+        assert time.monotonic() - started < 1.0
+        assert not a.connected
+        assert not a.wait_connected(0.3)
+    finally:
+        a.stop()
+
+
+def test_beacon_state_ignores_itself_and_counts_malformed():
+    state = BeaconState("ME", 1.0, 4.0)
+    events, urgent = state.on_frames([b"B", b"ME", b"tcp://127.0.0.1:1"], 0.0)
+    assert events == [] and not urgent
+    events, urgent = state.on_frames([b"B", b"X"], 0.0)
+    assert events == [] and state.malformed == 1
+    events, urgent = state.on_frames([b"B", b"P", b"tcp://127.0.0.1:2"], 0.0)
+    assert events == [(CONNECT, "tcp://127.0.0.1:2", "P")] and urgent
+    events, urgent = state.on_frames([b"B", b"P", b"tcp://127.0.0.1:2"], 1.0)
+    assert events == [] and not urgent
+    assert state.expire(4.9) == []
+    assert state.expire(5.0) == [(DISCONNECT, "tcp://127.0.0.1:2", "P")]
+
+
+@pytest.mark.parametrize(
+    "loopback_only,lan,host,peer,expected",
+    [
+        (True, None, "", "127.0.0.1", "127.0.0.1"),
+        (False, "10.1.2.3", "", "127.0.0.1", "10.1.2.3"),  # the reference's rule
+        (False, "10.1.2.3", "", None, "10.1.2.3"),
+        (False, "10.1.2.3", "", "192.168.0.9", "192.168.0.9"),
+        (True, None, "somehost", "127.0.0.1", "somehost"),
+    ],
+)
+def test_tower_endpoint_rules(loopback_only, lan, host, peer, expected):
+    state = TowerState(loopback_only, 4.0, lan)
+    out = state.on_beacon(proto.encode_beacon(proto.Beacon("S", host, 41234)), peer, 0.0)
+    assert out == [b"B", b"S", f"tcp://{expected}:41234".encode()]
+
+
+def test_tower_relays_reference_beacon_frames_and_drops_malformed(tower):
+    """A raw reference-style peer: PUB beacon with empty host, SUB for B."""
+    ctx = zmq.Context.instance()
+    pub = ctx.socket(zmq.PUB)
+    sub = ctx.socket(zmq.SUB)
+    for s in (pub, sub):
+        s.linger = 0
+    sub.setsockopt(zmq.SUBSCRIBE, b"B")
+    sub.connect(tower.pub_endpoint)
+    pub.connect(tower.sub_endpoint)
+    try:
+        def relayed():
+            pub.send_multipart([b"B", b"X"])  # malformed: dropped and counted
+            pub.send_multipart([b"B", b"producer-1", b"", b"41234"])
+            if sub.poll(50):
+                return sub.recv_multipart()
+        frames = wait_for(relayed, 5, what="relay")
+        assert frames == [b"B", b"producer-1", b"tcp://127.0.0.1:41234"]
+        assert tower.state.malformed >= 1
+    finally:
+        pub.close()
+        sub.close()

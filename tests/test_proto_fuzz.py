@@ -1,0 +1,381 @@
+"""Property-based tests for the Dafka wire codec (dafka.proto).
+
+* Round trips: ``decode(encode(m)) == m`` for every message type over the full
+  field ranges (0..255-byte strings, unicode and arbitrary bytes carried with
+  surrogateescape, 64-bit sequences, 32-bit counts, contents up to 1 MiB).
+* Fuzzing: any input to a decoder either decodes to a value that re-encodes to
+  exactly the same frames, or raises ``MalformedMessage``; never anything else.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from dafka import proto
+from dafka.proto import (
+    AckMsg,
+    Beacon,
+    ConsumerHelloMsg,
+    DirectHeadMsg,
+    DirectRecordMsg,
+    FetchMsg,
+    GetHeadsMsg,
+    HeadMsg,
+    MalformedMessage,
+    RecordMsg,
+    StoreHelloMsg,
+    Subscription,
+    TowerBeacon,
+)
+from wire_vectors import load_vectors
+
+VECTORS = load_vectors()
+MESSAGE_VECTORS = [
+    "RECORD",
+    "DIRECT_RECORD",
+    "FETCH",
+    "ACK",
+    "HEAD",
+    "DIRECT_HEAD",
+    "GET_HEADS",
+    "CONSUMER_HELLO",
+    "STORE_HELLO",
+    "CONSUMER_HELLO_EMPTY",
+    "RECORD_SEQ0_EMPTY",
+]
+SUBSCRIPTION_VECTORS = [name for name in VECTORS if name.startswith("XPUB_")]
+
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+ROUND_TRIP = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+MAX_SEQ = 2**64 - 1
+MAX_COUNT = 2**32 - 1
+MIB = 1024 * 1024
+ALL_IDS = [proto.MESSAGE_IDS[cls] for cls in proto.MESSAGE_IDS]
+
+# --------------------------------------------------------------------------
+# Strategies
+# --------------------------------------------------------------------------
+
+
+def _fit(text: str, limit: int = proto.MAX_STRING) -> str:
+    """Cut ``text`` to at most ``limit`` UTF-8 bytes on a character boundary."""
+    raw = text.encode("utf-8", "surrogateescape")
+    if len(raw) <= limit:
+        return text
+    return raw[:limit].decode("utf-8", "ignore")
+
+
+def _wire_strings(max_bytes: int, allow_nul: bool = True) -> st.SearchStrategy[str]:
+    """Strings whose encoding is 0..max_bytes bytes: unicode text, and arbitrary
+    bytes carried through surrogateescape (as the decoder produces them)."""
+    exclude = "" if allow_nul else "\0"
+    text = st.text(
+        alphabet=st.characters(codec="utf-8", exclude_characters=exclude), max_size=max_bytes
+    ).map(lambda t: _fit(t, max_bytes))
+    raw = st.binary(max_size=max_bytes)
+    if not allow_nul:
+        raw = raw.map(lambda b: b.replace(b"\0", b""))
+    escaped = raw.map(lambda b: b.decode("utf-8", "surrogateescape"))
+    full = st.one_of(
+        st.text(alphabet="ab", min_size=max_bytes, max_size=max_bytes),
+        st.text(alphabet="é", min_size=max_bytes // 2, max_size=max_bytes // 2),
+    )
+    return st.one_of(text, escaped, full)
+
+
+strings = _wire_strings(proto.MAX_STRING)
+# The topic is NUL-terminated rather than length-prefixed: no NUL, and it may be long.
+topics = _wire_strings(400, allow_nul=False)
+sequences = st.one_of(
+    st.integers(0, MAX_SEQ), st.sampled_from([0, 1, 2**32, 2**63, MAX_SEQ - 1, MAX_SEQ])
+)
+counts = st.one_of(st.integers(0, MAX_COUNT), st.sampled_from([0, 1, 100_000, MAX_COUNT]))
+contents = st.binary(max_size=512)
+subject_lists = st.lists(strings, max_size=10).map(tuple)
+
+# --------------------------------------------------------------------------
+# Round trips of every message type
+# --------------------------------------------------------------------------
+
+
+def _round_trip(msg: proto.Message) -> None:
+    frames = proto.encode(msg)
+    assert all(isinstance(f, bytes) for f in frames)
+    assert len(frames) == (2 if isinstance(msg, (RecordMsg, DirectRecordMsg)) else 1)
+    assert frames[0][:1] == proto.MESSAGE_IDS[type(msg)]
+    decoded = proto.decode(frames)
+    assert type(decoded) is type(msg)
+    assert decoded == msg
+    assert proto.encode(decoded) == frames
+
+
+@ROUND_TRIP
+@given(st.builds(RecordMsg, topics, strings, strings, sequences, contents))
+@example(RecordMsg("", "", "", 0, b""))
+@example(RecordMsg("hello", "producer-1", "hello", MAX_SEQ, b"\x00" * 8))
+@example(RecordMsg("t" * 300, "a" * 255, "é" * 127 + "s", MAX_SEQ, bytes(range(256)) * (MIB // 256)))
+def test_record_round_trip(msg):
+    _round_trip(msg)
+
+
+@ROUND_TRIP
+@given(st.builds(DirectRecordMsg, topics, strings, strings, sequences, contents))
+@example(DirectRecordMsg("", "", "", 0, b""))
+@example(DirectRecordMsg("consumer-1", "\udcff\udc80", "x" * 255, MAX_SEQ, b"\xff" * MIB))
+def test_direct_record_round_trip(msg):
+    _round_trip(msg)
+
+
+@ROUND_TRIP
+@given(st.builds(FetchMsg, topics, strings, strings, sequences, counts))
+@example(FetchMsg("", "", "", 0, 0))
+@example(FetchMsg("producer-1", "consumer-1", "hello", MAX_SEQ, MAX_COUNT))
+def test_fetch_round_trip(msg):
+    _round_trip(msg)
+
+
+@ROUND_TRIP
+@given(st.builds(AckMsg, topics, strings, sequences))
+@example(AckMsg("", "", 0))
+@example(AckMsg("producer-1", "hello", MAX_SEQ))
+def test_ack_round_trip(msg):
+    _round_trip(msg)
+
+
+@ROUND_TRIP
+@given(st.builds(HeadMsg, topics, strings, strings, sequences))
+@example(HeadMsg("", "", "", 0))
+@example(HeadMsg("hello", "producer-1", "hello", MAX_SEQ))
+def test_head_round_trip(msg):
+    _round_trip(msg)
+
+
+@ROUND_TRIP
+@given(st.builds(DirectHeadMsg, topics, strings, strings, sequences))
+@example(DirectHeadMsg("", "", "", 0))
+@example(DirectHeadMsg("consumer-1", "producer-1", "hello", MAX_SEQ))
+def test_direct_head_round_trip(msg):
+    _round_trip(msg)
+
+
+@ROUND_TRIP
+@given(st.builds(GetHeadsMsg, topics, strings))
+@example(GetHeadsMsg("", ""))
+def test_get_heads_round_trip(msg):
+    _round_trip(msg)
+
+
+@ROUND_TRIP
+@given(st.builds(ConsumerHelloMsg, topics, strings, subject_lists))
+@example(ConsumerHelloMsg("", "", ()))
+@example(ConsumerHelloMsg("store-1", "consumer-1", ("",) * 10))
+@example(ConsumerHelloMsg("store-1", "consumer-1", ("s" * 255,) * 10))
+def test_consumer_hello_round_trip(msg):
+    _round_trip(msg)
+
+
+@ROUND_TRIP
+@given(st.builds(StoreHelloMsg, topics, strings))
+@example(StoreHelloMsg("", ""))
+def test_store_hello_round_trip(msg):
+    _round_trip(msg)
+
+
+@ROUND_TRIP
+@given(
+    st.builds(
+        Subscription,
+        st.booleans(),
+        st.binary(min_size=1, max_size=1),
+        _wire_strings(300, allow_nul=False),
+        st.booleans(),
+    )
+)
+@example(Subscription(True, b"M", "", exact=True))
+@example(Subscription(False, b"\x00", "", exact=False))
+def test_subscription_round_trip(sub):
+    frame = proto.encode_subscription(sub)
+    assert frame[1:] == proto.subscription(sub.msg_id, sub.topic, exact=sub.exact)
+    assert proto.decode_subscription(frame) == sub
+
+
+@ROUND_TRIP
+@given(st.builds(Beacon, strings.filter(bool), strings, st.integers(1, 65535)))
+@example(Beacon("x", "", 1))
+@example(Beacon("x", "127.0.0.1", 65535))
+def test_beacon_round_trip(beacon):
+    assert proto.decode_beacon(proto.encode_beacon(beacon)) == beacon
+
+
+@ROUND_TRIP
+@given(
+    st.builds(
+        TowerBeacon,
+        strings.filter(bool),
+        st.builds(lambda host, port: f"tcp://{host}:{port}", strings, st.integers(1, 65535)),
+    )
+)
+def test_tower_beacon_round_trip(beacon):
+    assert proto.decode_tower_beacon(proto.encode_tower_beacon(beacon)) == beacon
+
+
+# --------------------------------------------------------------------------
+# Fuzzing the decoders
+# --------------------------------------------------------------------------
+
+
+def _decodes_canonically_or_is_malformed(frames: list[bytes]) -> None:
+    """decode either rejects ``frames`` with MalformedMessage or returns a
+    message that encodes back to exactly ``frames``."""
+    try:
+        msg = proto.decode(frames)
+    except MalformedMessage as exc:
+        assert exc.reason
+        return
+    assert proto.encode(msg) == frames
+
+
+_golden_frame1 = st.sampled_from([VECTORS[name][0] for name in MESSAGE_VECTORS])
+_id_led_frame = st.builds(lambda i, rest: i + rest, st.sampled_from(ALL_IDS), st.binary(max_size=64))
+_header_led_frame = st.builds(
+    lambda i, topic, version, rest: i + topic + b"\0" + bytes([version]) + rest,
+    st.sampled_from(ALL_IDS),
+    st.binary(max_size=12).map(lambda b: b.replace(b"\0", b"")),
+    st.sampled_from([0, 1, 1, 1, 2]),
+    st.binary(max_size=48),
+)
+any_frame = st.one_of(st.binary(max_size=64), _id_led_frame, _header_led_frame, _golden_frame1)
+
+
+@FUZZ
+@given(st.lists(any_frame, max_size=4))
+@example([])
+@example([b""])
+@example([VECTORS["RECORD"][0]])
+@example(VECTORS["RECORD"] + [b""])
+def test_decode_arbitrary_frames(frames):
+    _decodes_canonically_or_is_malformed(frames)
+
+
+@st.composite
+def mutated_golden(draw):
+    """A golden message vector with frame 1 damaged by flips, inserts and deletes."""
+    name = draw(st.sampled_from(MESSAGE_VECTORS))
+    frames = list(VECTORS[name])
+    frame1 = bytearray(frames[0])
+    for _ in range(draw(st.integers(1, 4))):
+        op = draw(st.sampled_from(["flip", "insert", "delete", "set"]))
+        if op == "insert" or not frame1:
+            at = draw(st.integers(0, len(frame1)))
+            frame1[at:at] = draw(st.binary(min_size=1, max_size=4))
+            continue
+        at = draw(st.integers(0, len(frame1) - 1))
+        if op == "flip":
+            frame1[at] ^= 1 << draw(st.integers(0, 7))
+        elif op == "set":
+            frame1[at] = draw(st.sampled_from([0, 1, 2, 0x7F, 0x80, 0xFF]))
+        else:
+            del frame1[at : at + draw(st.integers(1, 4))]
+    frames[0] = bytes(frame1)
+    return frames
+
+
+@FUZZ
+@given(mutated_golden())
+def test_decode_mutated_golden_frames(frames):
+    _decodes_canonically_or_is_malformed(frames)
+
+
+def _subscription_canonical_or_malformed(frame: bytes) -> None:
+    try:
+        sub = proto.decode_subscription(frame)
+    except MalformedMessage as exc:
+        assert exc.reason
+        return
+    assert proto.encode_subscription(sub) == frame
+
+
+@FUZZ
+@given(
+    st.one_of(
+        st.binary(max_size=40),
+        st.builds(
+            lambda flag, i, rest: bytes([flag]) + i + rest,
+            st.sampled_from([0, 1, 2, 0xFF]),
+            st.sampled_from(ALL_IDS + [b"", b"\x00"]),
+            st.binary(max_size=32),
+        ),
+        st.sampled_from([VECTORS[name][0] for name in SUBSCRIPTION_VECTORS]),
+    )
+)
+@example(b"")
+@example(b"\x01")
+@example(b"\x00\x00")
+@example(b"\x01M\x00")
+@example(b"\x01M\x00\x00")
+def test_decode_subscription_arbitrary_frames(frame):
+    _subscription_canonical_or_malformed(frame)
+
+
+def _port_texts() -> st.SearchStrategy[bytes]:
+    return st.one_of(
+        st.binary(max_size=7),
+        st.integers(-10, 99999).map(lambda n: str(n).encode()),
+        st.builds(lambda zeros, n: b"0" * zeros + str(n).encode(), st.integers(0, 3), st.integers(0, 70000)),
+        st.sampled_from([b"41234", b"65535", b"65536", b"0", b"+80", b" 80", b"\xd9\xa1"]),
+    )
+
+
+_short_frames = st.one_of(st.binary(max_size=24), st.sampled_from([b"B", b"", b"W"]))
+
+
+@FUZZ
+@given(
+    st.one_of(
+        st.lists(_short_frames, max_size=5),
+        st.builds(
+            lambda head, sender, host, port: [head, sender, host, port],
+            st.sampled_from([b"B", b"B", b"W", b""]),
+            st.binary(max_size=12),
+            st.binary(max_size=12),
+            _port_texts(),
+        ),
+    )
+)
+@example(load_vectors()["BEACON"])
+@example(load_vectors()["BEACON_NOHOST"])
+@example([b"B", b"x", b"", b"01234"])
+def test_decode_beacon_arbitrary_frames(frames):
+    try:
+        beacon = proto.decode_beacon(frames)
+    except MalformedMessage as exc:
+        assert exc.reason
+        return
+    assert proto.encode_beacon(beacon) == frames
+
+
+@FUZZ
+@given(
+    st.one_of(
+        st.lists(_short_frames, max_size=4),
+        st.builds(
+            lambda head, sender, endpoint: [head, sender, endpoint],
+            st.sampled_from([b"B", b"B", b"W", b""]),
+            st.binary(max_size=12),
+            st.one_of(
+                st.binary(max_size=24),
+                st.builds(lambda b: b"tcp://" + b, st.binary(max_size=20)),
+            ),
+        ),
+    )
+)
+@example(load_vectors()["TOWER_BEACON"])
+def test_decode_tower_beacon_arbitrary_frames(frames):
+    try:
+        beacon = proto.decode_tower_beacon(frames)
+    except MalformedMessage as exc:
+        assert exc.reason
+        return
+    assert proto.encode_tower_beacon(beacon) == frames
