@@ -37,6 +37,9 @@ DIRECT_HEAD = b"E"
 GET_HEADS = b"G"
 CONSUMER_HELLO = b"W"
 STORE_HELLO = b"L"
+# Extension of this project (rfc/dafka.md): a store tells a consumer the oldest
+# sequence it still keeps of a partition. Reference peers never subscribe to it.
+DIRECT_TAIL = b"T"
 
 # Tower / beacon frames.
 BEACON = b"B"
@@ -156,6 +159,17 @@ class StoreHelloMsg:
     address: str
 
 
+@dataclass(frozen=True, slots=True)
+class DirectTailMsg:
+    """DIRECT-TAIL (extension): the oldest sequence a store still keeps of a
+    partition, sent when a FETCH asks for deleted records. topic = requester address."""
+
+    topic: str
+    address: str
+    subject: str
+    sequence: int
+
+
 Message = Union[
     RecordMsg,
     DirectRecordMsg,
@@ -166,6 +180,7 @@ Message = Union[
     GetHeadsMsg,
     ConsumerHelloMsg,
     StoreHelloMsg,
+    DirectTailMsg,
 ]
 
 MESSAGE_IDS: dict[type, bytes] = {
@@ -178,6 +193,7 @@ MESSAGE_IDS: dict[type, bytes] = {
     GetHeadsMsg: GET_HEADS,
     ConsumerHelloMsg: CONSUMER_HELLO,
     StoreHelloMsg: STORE_HELLO,
+    DirectTailMsg: DIRECT_TAIL,
 }
 
 
@@ -240,7 +256,7 @@ def encode(msg: Message) -> list[bytes]:
         ]
     if kind is AckMsg:
         return [_header(ACK, msg.topic) + _string(msg.subject, "subject") + _u64(msg.sequence)]
-    if kind is HeadMsg or kind is DirectHeadMsg:
+    if kind is HeadMsg or kind is DirectHeadMsg or kind is DirectTailMsg:
         return [
             _header(MESSAGE_IDS[kind], msg.topic)
             + _string(msg.address, "address")
@@ -316,6 +332,7 @@ class _Reader:
             raise MalformedMessage(f"{len(self.buf) - self.pos} unexpected trailing bytes in frame 1")
 
 
+_HEAD_LIKE = {HEAD: HeadMsg, DIRECT_HEAD: DirectHeadMsg, DIRECT_TAIL: DirectTailMsg}
 _TWO_FRAMES = frozenset((RECORD, DIRECT_RECORD))
 _KNOWN_IDS = frozenset(MESSAGE_IDS.values())
 
@@ -369,12 +386,12 @@ def decode(frames: Sequence[bytes]) -> Message:
         seq = r.u64()
         r.end()
         return AckMsg(topic, subject, seq)
-    if msg_id == HEAD or msg_id == DIRECT_HEAD:
+    if msg_id in _HEAD_LIKE:
         address = r.string("address")
         subject = r.string("subject")
         seq = r.u64()
         r.end()
-        cls = HeadMsg if msg_id == HEAD else DirectHeadMsg
+        cls = _HEAD_LIKE[msg_id]
         return cls(topic, address, subject, seq)
     if msg_id == CONSUMER_HELLO:
         address = r.string("address")
@@ -397,6 +414,7 @@ _NAMES = {
     GET_HEADS: "GET-HEADS",
     CONSUMER_HELLO: "CONSUMER-HELLO",
     STORE_HELLO: "STORE-HELLO",
+    DIRECT_TAIL: "DIRECT-TAIL",
 }
 
 

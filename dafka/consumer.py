@@ -1,0 +1,262 @@
+"""The public consumer.
+
+All of its protocol work happens inside :meth:`Consumer.poll`, in the caller's
+thread, like kafka-python's: records go from the socket to the user with no
+hop between threads.  Only discovery runs in the background (the beacon
+thread), and its events wait in an inproc pipe until the next poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Iterable, Iterator
+
+import zmq
+
+from . import proto
+from .beacon import CONNECT, Beacon
+from .consumer_state import ConsumerState
+from .errors import Closed
+from .loop import Loop
+from .offsets import OffsetJournal
+from .peer import ConfigLike, DataSocket, as_config, new_address
+from .records import Record
+
+log = logging.getLogger(__name__)
+
+_BATCH = 10_000  # messages drained per wake-up
+_TICK = 0.1  # seconds between fetch-retry checks
+
+
+class Consumer:
+    """Read records of one or more topics, in order per partition.
+
+    >>> with Consumer("weather", config={"consumer/offset/reset": "earliest"}) as c:
+    ...     record = c.poll(timeout=5)
+    """
+
+    def __init__(
+        self,
+        *topics: str,
+        config: ConfigLike = None,
+        address: str | None = None,
+        value_deserializer: Callable[[bytes], Any] | None = None,
+        offsets_path: str | None = None,
+        ctx: zmq.Context | None = None,
+    ) -> None:
+        self.config = as_config(config)
+        c = self.config
+        self.address = address or new_address()
+        self.value_deserializer = value_deserializer
+        self._journal = OffsetJournal(offsets_path) if offsets_path else None
+        self._state = ConsumerState(
+            self.address,
+            reset=c["consumer/offset/reset"],
+            fetch_retry=c["consumer/fetch_retry"] / 1000.0,
+            max_buffered=c["consumer/max_buffered"],
+            positions=self._journal.positions if self._journal else None,
+        )
+        self._lock = threading.RLock()
+        self._closed = False
+        self._last: Record | None = None
+        self._ctx = ctx or zmq.Context.instance()
+        self._xpub = self._ctx.socket(zmq.XPUB)
+        self._xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self._xpub.sndhwm = c["consumer/high_watermark"]
+        self._xpub.linger = 0
+        self._sub = self._ctx.socket(zmq.SUB)
+        self._sub.rcvhwm = c["consumer/high_watermark"]
+        self._sub.linger = 0
+        for prefix in self._state.own_subscriptions():
+            self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
+        self._data = DataSocket(self._ctx, c, self._xpub, self.address, "consumer")
+        self._connected: set[str] = set()
+        self._loop = Loop()
+        self._loop.add_reader(self._sub, self._on_sub)
+        self._loop.add_reader(self._xpub, self._on_subscriptions)
+        self._loop.add_reader(self._data.beacon.events, self._on_beacon)
+        self._loop.call_every(_TICK, self._tick)
+        self._data.beacon.start()
+        if topics:
+            self.subscribe(*topics)
+        log.info("consumer %s on %s", self.address, self._data.endpoint)
+
+    # -- public API ---------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """True once a tower has answered."""
+        return self._data.beacon.connected
+
+    def subscribe(self, *topics: str | Iterable[str]) -> None:
+        """Add topics (exact names) to the subscription."""
+        names: list[str] = []
+        for t in topics:
+            names.extend([t] if isinstance(t, str) else list(t))
+        with self._lock:
+            self._check_open()
+            for topic in names:
+                for prefix in self._state.subscribe(topic):
+                    self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
+            self._flush_out()
+
+    def subscription(self) -> list[str]:
+        return list(self._state.topics)
+
+    def poll(self, timeout: float | None = None) -> Record | None:
+        """The next record, or None after ``timeout`` seconds (None: wait forever)."""
+        with self._lock:
+            self._check_open()
+            self._commit_last()
+            state = self._state
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not state.ready:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._loop.run_once(remaining)
+                self._flush_out()
+            record = state.ready.popleft()
+            if self.value_deserializer is not None:
+                record = Record(record.topic, record.partition, record.offset, self.value_deserializer(record.value))
+            self._last = record
+            return record
+
+    def __iter__(self) -> Iterator[Record]:
+        while not self._closed:
+            record = self.poll(1.0)
+            if record is not None:
+                yield record
+
+    def seek(self, partition: str, offset: int, topic: str | None = None) -> None:
+        """Deliver ``partition`` from ``offset`` on (``topic`` needed only when
+        several subscribed topics could hold that partition)."""
+        with self._lock:
+            self._check_open()
+            topic = topic or self._topic_of(partition)
+            self._state.ready = type(self._state.ready)(
+                r for r in self._state.ready if (r.topic, r.partition) != (topic, partition)
+            )
+            self._state.seek(topic, partition, offset)
+            self._flush_out()
+
+    def position(self, partition: str, topic: str | None = None) -> int | None:
+        """The offset of the next record :meth:`poll` will return for ``partition``."""
+        with self._lock:
+            topic = topic or self._topic_of(partition)
+            for r in self._state.ready:
+                if (r.topic, r.partition) == (topic, partition):
+                    return r.offset
+            return self._state.positions().get((topic, partition))
+
+    def positions(self) -> dict[tuple[str, str], int]:
+        """Next offset to return for every known (topic, partition)."""
+        with self._lock:
+            positions = self._state.positions()
+            for r in reversed(self._state.ready):
+                positions[(r.topic, r.partition)] = r.offset
+            return positions
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "partitions": len(self._state.partitions),
+            "ready": len(self._state.ready),
+            "malformed": self._state.malformed,
+            "skipped": self._state.skipped,
+            "peers": len(self._connected),
+        }
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._commit_last()
+            if self._journal is not None:
+                self._journal.close()
+            self._data.beacon.stop()
+            self._sub.close(0)
+            self._xpub.close(0)
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ----------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise Closed("consumer is closed")
+
+    def _topic_of(self, partition: str) -> str:
+        topics = [t for (t, p) in self._state.positions() if p == partition]
+        if len(topics) == 1:
+            return topics[0]
+        if len(self._state.topics) == 1:
+            return self._state.topics[0]
+        raise ValueError(f"say which topic partition {partition} belongs to")
+
+    def _commit_last(self) -> None:
+        """The record returned by the previous poll is consumed now that the
+        caller came back for more: record its position."""
+        last = self._last
+        if last is not None and self._journal is not None:
+            self._journal.record(last.topic, last.partition, last.offset + 1)
+        self._last = None
+
+    def _flush_out(self) -> None:
+        out = self._state.out
+        if out:
+            for frames in out:
+                self._xpub.send_multipart(frames)
+            out.clear()
+
+    def _tick(self) -> None:
+        self._state.tick(time.monotonic())
+
+    def _on_sub(self, sock: zmq.Socket) -> None:
+        state = self._state
+        state.now = time.monotonic()
+        recv = sock.recv
+        on_record = state.on_record_frames
+        for _ in range(_BATCH):
+            try:
+                frame = recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            if sock.rcvmore:
+                content = recv()
+                if sock.rcvmore:
+                    extra = [frame, content]
+                    while sock.rcvmore:
+                        extra.append(recv())
+                    state.on_frames(extra)  # counted as malformed
+                else:
+                    on_record(frame, content)
+            else:
+                state.on_frames([frame])
+
+    def _on_subscriptions(self, sock: zmq.Socket) -> None:
+        while True:
+            try:
+                frame = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._state.on_subscription(frame)
+
+    def _on_beacon(self, pipe: zmq.Socket) -> None:
+        for event in Beacon.read_events(pipe):
+            if event.kind == CONNECT:
+                if event.endpoint not in self._connected:
+                    self._sub.connect(event.endpoint)
+                    self._connected.add(event.endpoint)
+            elif event.endpoint in self._connected:
+                self._connected.discard(event.endpoint)
+                try:
+                    self._sub.disconnect(event.endpoint)
+                except zmq.ZMQError:
+                    pass

@@ -1,0 +1,237 @@
+"""The consumer's protocol logic, free of I/O.
+
+Feed it the frames that arrive on its SUB socket, the subscriptions its XPUB
+sees, and time; read back ``out`` (frames to publish on its XPUB) and
+``ready`` (records to hand to the user, in order, once per partition).
+
+Beyond the reference: subscriptions are exact; out-of-order records inside
+the fetched window are kept (bounded) instead of dropped; an unanswered FETCH
+is repeated after ``fetch_retry`` seconds so that a lost request or answer
+never stalls a partition; DIRECT-TAIL from a store with retention moves a
+partition past deleted records.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+from . import proto
+from .records import Record
+
+log = logging.getLogger(__name__)
+
+FETCH_CHUNK = 100_000  # at most this many records asked for in one FETCH
+
+
+class Partition:
+    __slots__ = ("topic", "address", "next", "head", "pending", "fetch_seq", "fetch_end", "fetched_at")
+
+    def __init__(self, topic: str, address: str, next_offset: int) -> None:
+        self.topic = topic
+        self.address = address
+        self.next = next_offset  # the next sequence to deliver
+        self.head = next_offset - 1  # the highest sequence known to exist
+        self.pending: dict[int, bytes] = {}  # out-of-order records, bounded
+        self.fetch_seq = -1  # sequence the last FETCH started at
+        self.fetch_end = -1  # sequence after the last FETCH's range
+        self.fetched_at = float("-inf")
+
+
+class ConsumerState:
+    def __init__(
+        self,
+        address: str,
+        *,
+        reset: str = "latest",
+        fetch_retry: float = 1.0,
+        max_buffered: int = 100_000,
+        positions: dict[tuple[str, str], int] | None = None,
+    ) -> None:
+        if reset not in ("latest", "earliest"):
+            raise ValueError(f"consumer/offset/reset must be 'latest' or 'earliest', not {reset!r}")
+        self.address = address
+        self.earliest = reset == "earliest"
+        self.fetch_retry = fetch_retry
+        self.max_buffered = max_buffered
+        self.topics: list[str] = []
+        self.partitions: dict[tuple[str, str], Partition] = {}
+        self._by_prefix: dict[bytes, Partition] = {}
+        self._positions = dict(positions or {})
+        self.out: list[list[bytes]] = []
+        self.ready: deque[Record] = deque()
+        self.malformed = 0
+        self.skipped = 0
+        self.now = 0.0
+
+    # -- subscriptions ------------------------------------------------------
+
+    def subscribe(self, topic: str) -> list[bytes]:
+        """Subscribe to ``topic``; returns the SUB prefixes to add."""
+        if topic in self.topics:
+            return []
+        self.topics.append(topic)
+        if self.earliest:
+            self.out.append(proto.encode(proto.GetHeadsMsg(topic, self.address)))
+        return [proto.subscription(proto.RECORD, topic, exact=True), proto.subscription(proto.HEAD, topic, exact=True)]
+
+    def own_subscriptions(self) -> list[bytes]:
+        """Prefixes for the messages addressed to this consumer."""
+        return [
+            proto.subscription(msg_id, self.address, exact=True)
+            for msg_id in (proto.DIRECT_RECORD, proto.DIRECT_HEAD, proto.STORE_HELLO, proto.DIRECT_TAIL)
+        ]
+
+    def _hello(self, reader: str) -> None:
+        subjects = tuple(self.topics) if self.earliest else ()
+        self.out.append(proto.encode(proto.ConsumerHelloMsg(reader, self.address, subjects)))
+
+    def on_subscription(self, frame: bytes) -> None:
+        """A subscription seen on our XPUB: a store reader that subscribes to
+        ``W<reader>`` gets a CONSUMER-HELLO."""
+        try:
+            sub = proto.decode_subscription(frame)
+        except proto.MalformedMessage:
+            self.malformed += 1
+            return
+        if sub.subscribe and sub.msg_id == proto.CONSUMER_HELLO and sub.topic:
+            self._hello(sub.topic)
+
+    # -- positions ----------------------------------------------------------
+
+    def seek(self, topic: str, partition: str, offset: int) -> None:
+        p = self.partitions.get((topic, partition))
+        if p is None:
+            self._positions[(topic, partition)] = offset
+            return
+        p.next = offset
+        p.pending.clear()
+        p.fetch_seq = p.fetch_end = -1
+        p.fetched_at = float("-inf")
+        self._request(p)
+
+    def positions(self) -> dict[tuple[str, str], int]:
+        out = dict(self._positions)
+        out.update({key: p.next for key, p in self.partitions.items()})
+        return out
+
+    def _partition(self, topic: str, address: str, seq: int) -> Partition:
+        key = (topic, address)
+        p = self.partitions.get(key)
+        if p is None:
+            start = self._positions.pop(key, None)
+            if start is None:
+                start = 0 if self.earliest else seq
+            p = Partition(topic, address, start)
+            self.partitions[key] = p
+            self._by_prefix[proto.record_prefix(proto.RECORD, topic, address, topic)] = p
+            self._by_prefix[proto.record_prefix(proto.DIRECT_RECORD, self.address, address, topic)] = p
+            log.debug("consumer %s: new partition %s/%s from offset %d", self.address, topic, address, start)
+        return p
+
+    # -- incoming -----------------------------------------------------------
+
+    def on_record_frames(self, frame: bytes, content: bytes) -> None:
+        """The hot path: a two-frame message from the SUB socket."""
+        p = self._by_prefix.get(frame[:-8])
+        if p is None:
+            self.on_frames([frame, content])
+            return
+        seq = int.from_bytes(frame[-8:], "big")
+        if seq == p.next:
+            self.ready.append(Record(p.topic, p.address, seq, content))
+            p.next = seq + 1
+            if seq > p.head:
+                p.head = seq  # live traffic: nothing pending, nothing to fetch
+            elif p.pending or p.next >= p.fetch_end:
+                self._after_delivery(p, seq)
+        else:
+            self._on_record(p, seq, content)
+
+    def on_frames(self, frames: list[bytes]) -> None:
+        try:
+            msg = proto.decode(frames)
+        except proto.MalformedMessage as exc:
+            self.malformed += 1
+            log.debug("consumer %s dropped a malformed message: %s", self.address, exc)
+            return
+        kind = type(msg)
+        if kind is proto.RecordMsg or kind is proto.DirectRecordMsg:
+            if msg.subject not in self.topics or (kind is proto.DirectRecordMsg and msg.topic != self.address):
+                return
+            self._on_record(self._partition(msg.subject, msg.address, msg.sequence), msg.sequence, msg.content)
+        elif kind is proto.HeadMsg or kind is proto.DirectHeadMsg:
+            if msg.subject not in self.topics or (kind is proto.DirectHeadMsg and msg.topic != self.address):
+                return
+            p = self._partition(msg.subject, msg.address, msg.sequence)
+            if msg.sequence > p.head:
+                p.head = msg.sequence
+            self._request(p)
+        elif kind is proto.StoreHelloMsg:
+            if msg.topic == self.address:
+                self._hello(msg.address)
+        elif kind is proto.DirectTailMsg:
+            if msg.topic == self.address and msg.subject in self.topics:
+                self._on_tail(self._partition(msg.subject, msg.address, msg.sequence), msg.sequence)
+
+    def _on_record(self, p: Partition, seq: int, content: bytes) -> None:
+        if seq == p.next:
+            self.ready.append(Record(p.topic, p.address, seq, content))
+            p.next = seq + 1
+            self._after_delivery(p, seq)
+        elif seq > p.next:
+            if seq > p.head:
+                p.head = seq
+            if seq - p.next < self.max_buffered and len(p.pending) < self.max_buffered:
+                p.pending[seq] = content
+            self._request(p)
+
+    def _after_delivery(self, p: Partition, seq: int) -> None:
+        if seq > p.head:
+            p.head = seq
+        pending = p.pending
+        if pending:
+            nxt = p.next
+            while nxt in pending:
+                self.ready.append(Record(p.topic, p.address, nxt, pending.pop(nxt)))
+                nxt += 1
+            p.next = nxt
+        if p.head >= p.next and p.next >= p.fetch_end:
+            self._request(p)
+
+    def _on_tail(self, p: Partition, oldest: int) -> None:
+        if oldest <= p.next:
+            return
+        log.warning(
+            "consumer %s: %s/%s records %d..%d were deleted by store retention; resuming at %d",
+            self.address, p.topic, p.address, p.next, oldest - 1, oldest,
+        )
+        self.skipped += oldest - p.next
+        p.next = oldest
+        for stale in [s for s in p.pending if s < oldest]:
+            del p.pending[stale]
+        if oldest > p.head:
+            p.head = oldest - 1
+        self._after_delivery(p, oldest - 1)
+
+    # -- fetching -----------------------------------------------------------
+
+    def _request(self, p: Partition) -> None:
+        """FETCH the gap ``[next, head]`` unless the same request is in flight."""
+        if p.head < p.next:
+            return
+        if p.fetch_seq == p.next and self.now - p.fetched_at < self.fetch_retry:
+            return
+        count = min(p.head - p.next + 1, FETCH_CHUNK)
+        self.out.append(proto.encode(proto.FetchMsg(p.address, self.address, p.topic, p.next, count)))
+        p.fetch_seq = p.next
+        p.fetch_end = p.next + count
+        p.fetched_at = self.now
+
+    def tick(self, now: float) -> None:
+        """Advance time; repeat FETCHes that went unanswered."""
+        self.now = now
+        for p in self.partitions.values():
+            if p.head >= p.next and now - p.fetched_at >= self.fetch_retry:
+                p.fetch_seq = -1
+                self._request(p)

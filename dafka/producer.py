@@ -1,0 +1,341 @@
+"""The public producer: one partition of one topic.
+
+``send`` runs in the caller's thread: it encodes the RECORD and writes it to
+the data socket under a lock, so the per-record path never crosses threads.
+A background loop thread owns everything else (ACKs, FETCH answers, HEADs,
+discovery) and takes the same lock whenever it touches the data socket or the
+state.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any, Callable
+
+import zmq
+
+from . import proto
+from .beacon import CONNECT, Beacon
+from .errors import BufferFull, Closed, FlushTimeout, RecordTooLarge
+from .loop import Loop
+from .peer import ConfigLike, DataSocket, as_config, new_address
+from .producer_state import ProducerState
+from .records import RecordMetadata
+
+log = logging.getLogger(__name__)
+
+_SUBSCRIPTION_POLL = 0.01  # seconds between looks at the data socket's new subscribers
+
+
+class SendHandle:
+    """Returned by :meth:`Producer.send`: resolves once ``min_acks`` stores have
+    ACKed the record (at once with ``min_acks = 0``).  Costs one small object."""
+
+    __slots__ = ("_producer", "offset")
+
+    def __init__(self, producer: "Producer", offset: int) -> None:
+        self._producer = producer
+        self.offset = offset
+
+    @property
+    def partition(self) -> str:
+        return self._producer.address
+
+    def done(self) -> bool:
+        return self.offset <= self._producer._state.released
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """Wait for the acks; raises :class:`FlushTimeout` after ``timeout`` seconds."""
+        self._producer._wait_released(self.offset, timeout)
+        return RecordMetadata(self._producer.topic, self._producer.address, self.offset)
+
+    def __repr__(self) -> str:
+        return f"<SendHandle {self._producer.topic}/{self.partition}@{self.offset} done={self.done()}>"
+
+
+class Producer:
+    """Publish records to ``topic`` as one partition.
+
+    >>> with Producer("weather", {"beacon/address": "127.0.0.1"}) as p:
+    ...     p.send(b"sunny").get(timeout=5)
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        config: ConfigLike = None,
+        *,
+        address: str | None = None,
+        value_serializer: Callable[[Any], bytes] | None = None,
+        ctx: zmq.Context | None = None,
+    ) -> None:
+        self.config = as_config(config)
+        c = self.config
+        proto.subscription(proto.RECORD, topic)  # validates: no NUL
+        if len(topic.encode()) > proto.MAX_STRING:
+            raise ValueError(f"topic is longer than {proto.MAX_STRING} bytes")
+        self.topic = topic
+        self.address = address or new_address()
+        self.value_serializer = value_serializer
+        self.min_acks = c["producer/min_acks"]
+        self.max_record_bytes = c["producer/max_record_bytes"]
+        self.send_timeout = c["producer/send_timeout"] / 1000.0
+        self._state = ProducerState(
+            self.address,
+            topic,
+            min_acks=self.min_acks,
+            max_unacked=c["producer/max_unacked"],
+            max_unacked_bytes=c["producer/max_unacked_bytes"],
+        )
+        self._cond = threading.Condition(threading.Lock())
+        self._callbacks: deque[tuple[int, Callable[[RecordMetadata | None, Exception | None], None]]] = deque()
+        self._closed = False
+        self._stopping = threading.Event()
+        self._ctx = ctx or zmq.Context.instance()
+        self._pub = self._ctx.socket(zmq.XPUB)
+        self._pub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self._pub.sndhwm = c["producer/high_watermark"]
+        self._pub.linger = 1000
+        self._data = DataSocket(self._ctx, c, self._pub, self.address, "producer")
+        self._peers: dict[str, tuple[zmq.Socket, str]] = {}
+        self._loop = Loop()
+        self._loop.add_reader(self._data.beacon.events, self._on_beacon)
+        self._loop.call_every(c["producer/head_interval"] / 1000.0, self._send_head)
+        self._loop.call_every(_SUBSCRIPTION_POLL, self._poll_subscriptions)
+        self._data.beacon.start()
+        self._thread = threading.Thread(target=self._run, name=f"dafka-producer-{self.address[:8]}", daemon=True)
+        self._thread.start()
+        log.info("producer %s of topic %r on %s", self.address, topic, self._data.endpoint)
+
+    # -- public API ---------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """True once a tower has answered."""
+        return self._data.beacon.connected
+
+    @property
+    def endpoint(self) -> str:
+        return self._data.endpoint
+
+    def send(
+        self,
+        value: Any,
+        *,
+        on_delivery: Callable[[RecordMetadata | None, Exception | None], None] | None = None,
+        timeout: float | None = None,
+    ) -> SendHandle:
+        """Publish one record; thread-safe.
+
+        Blocks while ``producer/max_unacked`` records (or bytes) wait for acks,
+        up to ``timeout`` seconds (default ``producer/send_timeout``), then
+        raises :class:`BufferFull`.  ``on_delivery(metadata, None)`` is called
+        from the producer's thread once the record is acked."""
+        data = self.value_serializer(value) if self.value_serializer is not None else value
+        if not isinstance(data, bytes):
+            if not isinstance(data, (bytearray, memoryview)):
+                raise TypeError(f"record value must be bytes (or set value_serializer), got {type(data).__name__}")
+            data = bytes(data)
+        size = len(data)
+        if size > self.max_record_bytes:
+            raise RecordTooLarge(
+                f"record of {size} bytes is over producer/max_record_bytes={self.max_record_bytes}; nothing was sent"
+            )
+        with self._cond:
+            if self._closed:
+                raise Closed("producer is closed")
+            state = self._state
+            if not state.has_room(size):
+                self._wait_room(size, self.send_timeout if timeout is None else timeout)
+            seq, frame = state.publish(data)
+            self._pub.send(frame, zmq.SNDMORE)
+            self._pub.send(data)
+            if on_delivery is not None:
+                self._callbacks.append((seq, on_delivery))
+        return SendHandle(self, seq)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every record sent so far is acked by ``min_acks`` stores."""
+        with self._cond:
+            target = self._state.next_seq - 1
+        self._wait_released(target, timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (unless ``producer/terminate_unacked``), then stop.
+
+        Never hangs: after ``timeout`` seconds (default ``producer/close_timeout``)
+        it stops anyway and raises :class:`FlushTimeout` saying how many records
+        were left unacked."""
+        if self._closed:
+            return
+        error: FlushTimeout | None = None
+        terminate = self.config["producer/terminate_unacked"]
+        if not terminate:
+            try:
+                self.flush(self.config["producer/close_timeout"] / 1000.0 if timeout is None else timeout)
+            except FlushTimeout as exc:
+                error = exc
+        with self._cond:
+            self._closed = True
+            unacked = self._state.unacked if self.min_acks else 0
+            self._cond.notify_all()
+        self._stopping.set()
+        self._thread.join(5)
+        self._data.beacon.stop()
+        for sock, _ in self._peers.values():
+            sock.close(0)
+        self._peers.clear()
+        self._pub.close()
+        if unacked and terminate:
+            log.warning("producer %s closed with %d records unacked (terminate_unacked)", self.address, unacked)
+        if error is not None:
+            raise FlushTimeout(
+                f"producer {self.address} closed with {error.unacked} record(s) not acked by "
+                f"{self.min_acks} store(s)", error.unacked,
+            )
+
+    def stats(self) -> dict[str, int]:
+        with self._cond:
+            s = self._state
+            return {
+                "sent": s.next_seq,
+                "acked": s.released + 1,
+                "unacked": s.unacked,
+                "buffered": len(s.buffer),
+                "buffered_bytes": s.buffered_bytes,
+                "peers": len(self._peers),
+                "malformed": s.malformed,
+            }
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- waiting ------------------------------------------------------------
+
+    def _wait_room(self, size: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self._state.has_room(size):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BufferFull(
+                    f"{self._state.unacked} records ({self._state.buffered_bytes} bytes) await acks from "
+                    f"{self.min_acks} store(s); waited {timeout:.3g}s for room (producer/max_unacked="
+                    f"{self._state.max_unacked}, producer/max_unacked_bytes={self._state.max_unacked_bytes})"
+                )
+            if self._closed:
+                raise Closed("producer is closed")
+            self._cond.wait(remaining)
+
+    def _wait_released(self, offset: int, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._state.released < offset:
+                if self._closed:
+                    raise Closed("producer closed before the record was acked")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    unacked = self._state.next_seq - 1 - self._state.released
+                    raise FlushTimeout(
+                        f"{unacked} record(s) not acked by {self.min_acks} store(s) after {timeout:.3g}s", unacked
+                    )
+                self._cond.wait(remaining)
+
+    # -- the loop thread ----------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                self._loop.run_once(_SUBSCRIPTION_POLL)
+                if self._state.answering:
+                    with self._cond:
+                        for frame, content in self._state.fetch_answers():
+                            self._pub.send(frame, zmq.SNDMORE)
+                            self._pub.send(content)
+        except Exception:
+            log.exception("producer %s loop failed", self.address)
+            raise
+
+    def _send_head(self) -> None:
+        with self._cond:
+            frame = self._state.head_frame()
+            if frame is not None:
+                self._pub.send(frame)
+
+    def _poll_subscriptions(self) -> None:
+        with self._cond:
+            wants_head = False
+            while True:
+                try:
+                    frame = self._pub.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                try:
+                    sub = proto.decode_subscription(frame)
+                except proto.MalformedMessage:
+                    continue
+                wants_head = wants_head or self._state.wants_head_for(sub)
+            if wants_head:
+                self._pub.send(self._state.head_frame())
+
+    def _on_beacon(self, pipe: zmq.Socket) -> None:
+        for event in Beacon.read_events(pipe):
+            if event.kind == CONNECT:
+                if event.endpoint in self._peers:
+                    continue
+                sock = self._ctx.socket(zmq.SUB)
+                sock.linger = 0
+                sock.rcvhwm = self.config["producer/high_watermark"]
+                sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.ACK, self.address, exact=True))
+                sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.FETCH, self.address, exact=True))
+                sock.connect(event.endpoint)
+                self._peers[event.endpoint] = (sock, event.sender)
+                self._loop.add_reader(sock, self._on_peer_message)
+            else:
+                known = self._peers.pop(event.endpoint, None)
+                if known is not None:
+                    self._loop.remove_reader(known[0])
+                    known[0].close(0)
+                    with self._cond:
+                        self._state.forget_store(known[1])
+
+    def _on_peer_message(self, sock: zmq.Socket) -> None:
+        sender = next((s for e, (k, s) in self._peers.items() if k is sock), "?")
+        released = False
+        with self._cond:
+            for _ in range(10_000):
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                try:
+                    msg = proto.decode(frames)
+                except proto.MalformedMessage as exc:
+                    self._state.malformed += 1
+                    log.debug("producer %s dropped a malformed frame: %s", self.address, exc)
+                    continue
+                if type(msg) is proto.AckMsg:
+                    released = self._state.on_ack(sender, msg) or released
+                elif type(msg) is proto.FetchMsg:
+                    self._state.on_fetch(msg)
+            if released:
+                self._cond.notify_all()
+                callbacks = self._due_callbacks()
+        if released:
+            for seq, callback in callbacks:
+                try:
+                    callback(RecordMetadata(self.topic, self.address, seq), None)
+                except Exception:
+                    log.exception("on_delivery callback failed")
+
+    def _due_callbacks(self) -> list:
+        released = self._state.released
+        due = []
+        while self._callbacks and self._callbacks[0][0] <= released:
+            due.append(self._callbacks.popleft())
+        return due
