@@ -1,0 +1,202 @@
+"""Producer behaviour: min acks, back pressure, oversize records, closing."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import msgpack
+import pytest
+
+from conftest import loopback_config, wait_for
+from dafka import BufferFull, Closed, FlushTimeout, Producer, RecordTooLarge, proto
+from rawpeer import RawPeer
+
+STORE_A = "A" * 32
+STORE_B = "B" * 32
+
+
+def fake_store(tower, address):
+    """A store made of raw frames: a bound socket that publishes ACKs."""
+    return RawPeer(tower, address, [])
+
+
+def test_min_acks_two_needs_two_distinct_stores(tower):
+    a, b = fake_store(tower, STORE_A), fake_store(tower, STORE_B)
+    producer = Producer("acks", loopback_config(tower, producer__min_acks=2))
+    try:
+        handles = [producer.send(b"r%d" % i) for i in range(5)]
+        topic = b"K" + producer.address.encode()
+        a.wait_subscribed(topic)
+        b.wait_subscribed(topic)
+        a.send(proto.AckMsg(producer.address, "acks", 4))
+        a.send(proto.AckMsg(producer.address, "acks", 4))  # the same store twice counts once
+        time.sleep(0.3)
+        assert not any(h.done() for h in handles)
+        assert producer.stats()["unacked"] == 5
+        with pytest.raises(FlushTimeout) as err:
+            producer.flush(timeout=0.1)
+        assert err.value.unacked == 5
+        b.send(proto.AckMsg(producer.address, "acks", 2))
+        meta = handles[2].get(timeout=5)
+        assert (meta.topic, meta.partition, meta.offset) == ("acks", producer.address, 2)
+        assert not handles[3].done()
+        b.send(proto.AckMsg(producer.address, "acks", 4))
+        producer.flush(timeout=5)
+        assert producer.stats()["buffered"] == 0
+    finally:
+        producer.close(timeout=1)
+        a.close()
+        b.close()
+
+
+def test_released_records_are_no_longer_served_but_held_ones_are_exact(tower):
+    store = fake_store(tower, STORE_A)
+    tester = RawPeer(tower, "C" * 32, [proto.subscription(proto.DIRECT_RECORD, "C" * 32)])
+    producer = Producer("partial", loopback_config(tower))
+    try:
+        for i in range(300):  # crosses the reference's 256-entry chunk boundary
+            producer.send(b"value-%d" % i)
+        store.wait_subscribed(b"K" + producer.address.encode())
+        store.send(proto.AckMsg(producer.address, "partial", 99))  # partial ack
+        wait_for(lambda: producer.stats()["acked"] == 100, 5, what="partial ack")
+        tester.wait_subscribed(b"F" + producer.address.encode())
+        tester.send(proto.FetchMsg(producer.address, "C" * 32, "partial", 90, 200))
+        answers = [tester.recv(proto.DirectRecordMsg) for _ in range(190)]
+        assert [m.sequence for m in answers] == list(range(100, 290))
+        assert all(m.content == b"value-%d" % m.sequence for m in answers)
+    finally:
+        with pytest.raises(FlushTimeout):
+            producer.close(timeout=0.01)
+        store.close()
+        tester.close()
+
+
+def test_send_blocks_then_raises_buffer_full_and_drops_nothing(tower):
+    producer = Producer("bp", loopback_config(tower, producer__max_unacked=10, producer__terminate_unacked=1))
+    try:
+        for i in range(10):
+            producer.send(b"x")
+        started = time.monotonic()
+        with pytest.raises(BufferFull, match="max_unacked=10"):
+            producer.send(b"y", timeout=0.2)
+        assert 0.15 < time.monotonic() - started < 2
+        assert producer.stats()["sent"] == 10 and producer.stats()["buffered"] == 10
+    finally:
+        producer.close()
+
+
+def test_back_pressure_releases_when_a_store_acks(tower):
+    store = fake_store(tower, STORE_A)
+    producer = Producer("bp2", loopback_config(tower, producer__max_unacked_bytes=100))
+    try:
+        producer.send(b"x" * 100)
+        store.wait_subscribed(b"K" + producer.address.encode())
+        threading.Timer(0.2, lambda: store.send(proto.AckMsg(producer.address, "bp2", 0))).start()
+        producer.send(b"y" * 100, timeout=5)  # waits for the ack above
+        assert producer.stats()["acked"] == 1
+    finally:
+        store.send(proto.AckMsg(producer.address, "bp2", 1))
+        producer.close(timeout=5)
+        store.close()
+
+
+def test_oversize_record_is_refused_at_send(tower):
+    producer = Producer("big", loopback_config(tower, producer__max_record_bytes=100, producer__min_acks=0))
+    try:
+        producer.send(b"x" * 100)
+        with pytest.raises(RecordTooLarge, match="101 bytes"):
+            producer.send(b"x" * 101)
+        assert producer.stats()["sent"] == 1
+    finally:
+        producer.close()
+
+
+def test_default_max_record_is_one_mebibyte(tower):
+    producer = Producer("big", loopback_config(tower, producer__min_acks=0))
+    try:
+        producer.send(b"x" * (1 << 20))
+        with pytest.raises(RecordTooLarge):
+            producer.send(b"x" * ((1 << 20) + 1))
+    finally:
+        producer.close()
+
+
+def test_close_with_unacked_records_times_out_with_a_count(tower):
+    producer = Producer("unacked", loopback_config(tower))
+    for _ in range(7):
+        producer.send(b"x")
+    started = time.monotonic()
+    with pytest.raises(FlushTimeout, match="7 record") as err:
+        producer.close(timeout=0.3)
+    assert err.value.unacked == 7
+    assert 0.25 < time.monotonic() - started < 3
+    with pytest.raises(Closed):
+        producer.send(b"x")
+    producer.close()  # idempotent
+
+
+def test_close_timeout_comes_from_config(tower):
+    producer = Producer("unacked", loopback_config(tower, producer__close_timeout=200))
+    producer.send(b"x")
+    started = time.monotonic()
+    with pytest.raises(FlushTimeout):
+        producer.close()
+    assert time.monotonic() - started < 3
+
+
+def test_terminate_unacked_closes_at_once(tower, caplog):
+    producer = Producer("unacked", loopback_config(tower, producer__terminate_unacked=1))
+    producer.send(b"x")
+    started = time.monotonic()
+    producer.close()
+    assert time.monotonic() - started < 1
+    assert "1 records unacked" in caplog.text
+
+
+def test_no_store_mode_resolves_at_once(tower):
+    with Producer("nostore", loopback_config(tower, producer__min_acks=0)) as producer:
+        handle = producer.send(b"x")
+        assert handle.done()
+        assert handle.get(timeout=0).offset == 0
+
+
+def test_value_serializer_and_callbacks_and_threads(tower):
+    store = fake_store(tower, STORE_A)
+    delivered = []
+    producer = Producer("ser", loopback_config(tower), value_serializer=msgpack.packb)
+    try:
+        def worker():
+            for i in range(500):
+                producer.send({"i": i}, on_delivery=lambda meta, err: delivered.append(meta.offset))
+        threads = [threading.Thread(target=worker, name="dafka-test-sender") for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert producer.stats()["sent"] == 2000
+        store.wait_subscribed(b"K" + producer.address.encode())
+        store.send(proto.AckMsg(producer.address, "ser", 1999))
+        producer.flush(timeout=5)
+        wait_for(lambda: len(delivered) == 2000, 5, what="callbacks")
+        assert delivered == list(range(2000))
+    finally:
+        producer.close()
+        store.close()
+
+
+def test_producer_without_tower_does_not_hang():
+    config = loopback_config(beacon__sub_address="tcp://127.0.0.1:9", beacon__pub_address="tcp://127.0.0.1:9",
+                             producer__min_acks=0)
+    started = time.monotonic()
+    with Producer("alone", config) as producer:
+        producer.send(b"x")
+        assert not producer.connected
+    assert time.monotonic() - started < 3
+
+
+def test_bad_topic_is_refused(tower):
+    with pytest.raises(ValueError):
+        Producer("bad\0topic", loopback_config(tower))
+    with pytest.raises(ValueError):
+        Producer("x" * 256, loopback_config(tower))

@@ -1,0 +1,225 @@
+"""The producer's and consumer's protocol logic, without sockets."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dafka import proto
+from dafka.consumer_state import FETCH_CHUNK, ConsumerState
+from dafka.producer_state import ProducerState
+
+P = "P" * 32
+ME = "C" * 32
+
+
+def ack(seq, topic="t"):
+    return proto.AckMsg(P, topic, seq)
+
+
+# -- producer ---------------------------------------------------------------
+
+
+def test_producer_frames_are_reference_records():
+    state = ProducerState(P, "t")
+    seq, frame = state.publish(b"x")
+    assert seq == 0
+    assert [frame, b"x"] == proto.encode(proto.RecordMsg("t", P, "t", 0, b"x"))
+    assert state.head_frame() == proto.encode(proto.HeadMsg("t", P, "t", 0))[0]
+
+
+def test_min_acks_counts_distinct_stores():
+    state = ProducerState(P, "t", min_acks=2)
+    for _ in range(10):
+        state.publish(b"x")
+    assert not state.on_ack("s1", ack(9))
+    assert not state.on_ack("s1", ack(9))
+    assert state.released == -1
+    assert state.on_ack("s2", ack(4))
+    assert state.released == 4 and state.base == 5 and len(state.buffer) == 5
+    assert state.on_ack("s2", ack(9))
+    assert state.released == 9 and not state.buffer
+
+
+def test_acks_for_other_topics_or_unpublished_records_are_ignored():
+    state = ProducerState(P, "t")
+    state.publish(b"x")
+    assert not state.on_ack("s", ack(0, topic="other"))
+    assert not state.on_ack("s", ack(5))
+    assert state.malformed == 1 and state.released == -1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 600), st.integers(0, 700), st.integers(0, 700), st.integers(0, 20_000))
+def test_fetch_answers_are_exact_after_partial_acks(published, acked, start, count):
+    state = ProducerState(P, "t")
+    for i in range(published):
+        state.publish(b"v%d" % i)
+    if acked < published:
+        state.on_ack("s", ack(acked))
+    state.on_fetch(proto.FetchMsg(P, ME, "t", start, count))
+    answers = []
+    while state.answering:
+        answers.extend(state.fetch_answers(budget=97))
+    low = max(start, state.base)
+    high = min(start + count, published)
+    expected = list(range(low, high)) if low < high else []
+    assert [int.from_bytes(f[-8:], "big") for f, _ in answers] == expected
+    assert all(c == b"v%d" % int.from_bytes(f[-8:], "big") for f, c in answers)
+    assert all(proto.decode([f, c]).topic == ME for f, c in answers[:3])
+
+
+def test_head_on_matching_subscription_only():
+    state = ProducerState(P, "hello")
+    sub = proto.decode_subscription(b"\x01Mhello")
+    assert not state.wants_head_for(sub)  # nothing published yet
+    state.publish(b"x")
+    assert state.wants_head_for(sub)
+    assert state.wants_head_for(proto.decode_subscription(b"\x01Hhello\x00"))
+    assert state.wants_head_for(proto.decode_subscription(b"\x01Mhel"))  # a reference prefix
+    assert not state.wants_head_for(proto.decode_subscription(b"\x01Mhello2"))
+    assert not state.wants_head_for(proto.decode_subscription(b"\x00Mhello"))
+
+
+def test_no_store_mode_keeps_a_ring():
+    state = ProducerState(P, "t", min_acks=0, max_unacked=3)
+    for i in range(5):
+        assert state.has_room(1)
+        state.publish(b"%d" % i)
+    assert state.released == 4 and state.base == 2 and list(state.buffer) == [b"2", b"3", b"4"]
+
+
+def test_has_room_bounds_records_and_bytes():
+    state = ProducerState(P, "t", max_unacked=2, max_unacked_bytes=10)
+    state.publish(b"12345")
+    assert state.has_room(5) and not state.has_room(6)
+    state.publish(b"1")
+    assert not state.has_room(1)
+
+
+# -- consumer ---------------------------------------------------------------
+
+
+def record(seq, content=None, topic="t", direct=False):
+    msg = (proto.DirectRecordMsg(ME, P, topic, seq, content or b"%d" % seq) if direct
+           else proto.RecordMsg(topic, P, topic, seq, content or b"%d" % seq))
+    return proto.encode(msg)
+
+
+def fetches(state):
+    out = [proto.decode(f) for f in state.out]
+    state.out.clear()
+    return [m for m in out if type(m) is proto.FetchMsg]
+
+
+def delivered(state):
+    out = [(r.offset, r.value) for r in state.ready]
+    state.ready.clear()
+    return out
+
+
+def test_earliest_gap_fetches_then_delivers_in_order():
+    state = ConsumerState(ME, reset="earliest")
+    state.subscribe("t")
+    state.out.clear()
+    state.on_record_frames(*record(3))
+    assert delivered(state) == []
+    [fetch] = fetches(state)
+    assert (fetch.topic, fetch.address, fetch.sequence, fetch.count) == (P, ME, 0, 4)
+    state.on_record_frames(*record(4))
+    assert fetches(state) == []  # the same gap is not requested again
+    for seq in (0, 1, 2, 3):
+        state.on_record_frames(*record(seq, direct=True))
+    assert [o for o, _ in delivered(state)] == [0, 1, 2, 3, 4]
+    state.on_record_frames(*record(2))
+    assert delivered(state) == []  # duplicate
+
+
+def test_latest_starts_at_first_record_seen():
+    state = ConsumerState(ME, reset="latest")
+    state.subscribe("t")
+    state.on_record_frames(*record(7))
+    assert delivered(state) == [(7, b"7")]
+    assert fetches(state) == []
+
+
+def test_head_from_unknown_partition_with_latest_fetches_that_record():
+    state = ConsumerState(ME, reset="latest")
+    state.subscribe("t")
+    state.on_frames(proto.encode(proto.HeadMsg("t", P, "t", 5)))
+    [fetch] = fetches(state)
+    assert (fetch.sequence, fetch.count) == (5, 1)
+
+
+def test_unanswered_fetch_is_retried():
+    state = ConsumerState(ME, reset="earliest", fetch_retry=1.0)
+    state.subscribe("t")
+    state.tick(10.0)
+    state.on_frames(proto.encode(proto.HeadMsg("t", P, "t", 2)))
+    assert len(fetches(state)) == 1
+    state.tick(10.5)
+    assert fetches(state) == []
+    state.tick(11.1)
+    [again] = fetches(state)
+    assert again.sequence == 0
+
+
+def test_big_gap_is_fetched_in_chunks():
+    state = ConsumerState(ME, reset="earliest")
+    state.subscribe("t")
+    state.out.clear()
+    state.on_frames(proto.encode(proto.HeadMsg("t", P, "t", FETCH_CHUNK + 10)))
+    [first] = fetches(state)
+    assert (first.sequence, first.count) == (0, FETCH_CHUNK)
+    for seq in range(FETCH_CHUNK):
+        state.on_record_frames(*record(seq, b"x", direct=True))
+    [second] = fetches(state)
+    assert (second.sequence, second.count) == (FETCH_CHUNK, 11)
+
+
+def test_direct_tail_skips_deleted_records():
+    state = ConsumerState(ME, reset="earliest")
+    state.subscribe("t")
+    state.on_frames(proto.encode(proto.HeadMsg("t", P, "t", 9)))
+    state.on_frames(proto.encode(proto.DirectTailMsg(ME, P, "t", 5)))
+    assert state.skipped == 5
+    for seq in range(5, 10):
+        state.on_record_frames(*record(seq, direct=True))
+    assert [o for o, _ in delivered(state)] == [5, 6, 7, 8, 9]
+
+
+def test_exact_topics_and_own_address_only():
+    state = ConsumerState(ME, reset="latest")
+    state.subscribe("t")
+    state.on_frames(record(0, topic="t2"))
+    state.on_frames(proto.encode(proto.DirectRecordMsg("OTHER", P, "t", 0, b"x")))
+    assert delivered(state) == []
+
+
+def test_hellos():
+    state = ConsumerState(ME, reset="earliest")
+    state.subscribe("a")
+    state.subscribe("b")
+    state.out.clear()
+    state.on_subscription(b"\x01WREADER")
+    state.on_frames(proto.encode(proto.StoreHelloMsg(ME, "READER2")))
+    hellos = [proto.decode(f) for f in state.out]
+    assert hellos == [proto.ConsumerHelloMsg("READER", ME, ("a", "b")),
+                      proto.ConsumerHelloMsg("READER2", ME, ("a", "b"))]
+
+
+def test_malformed_is_counted():
+    state = ConsumerState(ME)
+    state.on_frames([b"M\x00"])
+    state.on_subscription(b"\x05junk")
+    assert state.malformed == 2
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.permutations(list(range(40))), st.lists(st.integers(0, 39), max_size=20))
+def test_any_arrival_order_delivers_each_record_once_in_order(order, dups):
+    state = ConsumerState(ME, reset="earliest", max_buffered=1000)
+    state.subscribe("t")
+    for seq in list(order) + dups:
+        state.on_record_frames(*record(seq, direct=True))
+    assert [o for o, _ in delivered(state)] == list(range(40))
