@@ -1,0 +1,98 @@
+"""Consumer API: offsets file, seek/position, iteration, deserializer, bad input."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from conftest import loopback_config
+from dafka import Closed, Consumer, Producer, proto
+from rawpeer import RawPeer
+
+P = "9" * 32
+
+
+def test_running_consumer_gets_first_records_without_waiting_for_a_head_interval(tower):
+    """The producer sends HEAD when a subscriber appears, so with a head
+    interval of a minute the consumer still learns about record 0 at once."""
+    config = loopback_config(tower, producer__head_interval=60_000, producer__min_acks=0,
+                             consumer__offset__reset="earliest")
+    with Producer("first", config) as producer:
+        producer.send(b"early")  # before any consumer exists: lost on the wire
+        with Consumer("first", config=config) as consumer:
+            record = consumer.poll(5)
+            assert (record.offset, record.value) == (0, b"early")
+
+
+def test_offsets_file_resumes_without_loss_or_repeat(tower, tmp_path):
+    path = tmp_path / "offsets"
+    config = loopback_config(tower, producer__min_acks=0, consumer__offset__reset="earliest")
+    with Producer("resume", config) as producer:
+        for i in range(100):
+            producer.send(b"%d" % i)
+        with Consumer("resume", config=config, offsets_path=str(path)) as first:
+            got = [first.poll(5).offset for _ in range(40)]
+            assert got == list(range(40))
+            assert first.position(producer.address) == 40
+        with Consumer("resume", config=config, offsets_path=str(path)) as second:
+            got = [second.poll(5).offset for _ in range(60)]
+            assert got == list(range(40, 100))
+            assert second.poll(0.3) is None
+
+
+def test_seek_and_position(tower):
+    config = loopback_config(tower, producer__min_acks=0, consumer__offset__reset="earliest")
+    with Producer("seek", config) as producer, Consumer("seek", config=config) as consumer:
+        for i in range(20):
+            producer.send(b"%d" % i)
+        assert [consumer.poll(5).offset for _ in range(20)] == list(range(20))
+        consumer.seek(producer.address, 5)
+        assert consumer.position(producer.address) == 5
+        assert [consumer.poll(5).offset for _ in range(3)] == [5, 6, 7]
+        assert consumer.positions() == {("seek", producer.address): 8}
+
+
+def test_iteration_and_deserializer(tower):
+    config = loopback_config(tower, producer__min_acks=0, consumer__offset__reset="earliest")
+    with Producer("it", config, value_serializer=msgpack.packb) as producer:
+        with Consumer("it", config=config, value_deserializer=msgpack.unpackb) as consumer:
+            for i in range(5):
+                producer.send({"n": i})
+            values = []
+            for record in consumer:
+                values.append(record.value)
+                if len(values) == 5:
+                    break
+            assert values == [{"n": i} for i in range(5)]
+
+
+def test_poll_timeout_and_closed(tower):
+    consumer = Consumer("quiet", config=loopback_config(tower))
+    assert consumer.poll(0.1) is None
+    consumer.close()
+    with pytest.raises(Closed):
+        consumer.poll(0)
+    consumer.close()
+
+
+def test_malformed_frames_are_dropped_and_counted(tower):
+    peer = RawPeer(tower, P, [])
+    consumer = Consumer("bad", config=loopback_config(tower))
+    try:
+        peer.wait_subscribed(b"Mbad", also=lambda: consumer.poll(0.005))
+        peer.data.send_multipart([b"Mbad\x00\x02junk", b"x"])  # wrong version
+        peer.data.send_multipart([b"Mbad\x00\x01", b"x"])  # truncated
+        peer.data.send_multipart([b"Hbad\x00\x01", b"x", b"y"])  # extra frames
+        peer.send(proto.RecordMsg("bad", P, "bad", 0, b"fine"))
+        record = consumer.poll(5)
+        assert record.value == b"fine"
+        assert consumer.stats()["malformed"] == 3
+    finally:
+        consumer.close()
+        peer.close()
+
+
+def test_bad_reset_value_is_a_config_error(tower):
+    from dafka import ConfigError
+    with pytest.raises(ConfigError, match="consumer/offset/reset"):
+        Consumer("x", config={"consumer/offset/reset": "beginning"})
