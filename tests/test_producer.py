@@ -52,7 +52,8 @@ def test_min_acks_two_needs_two_distinct_stores(tower):
 
 def test_released_records_are_no_longer_served_but_held_ones_are_exact(tower):
     store = fake_store(tower, STORE_A)
-    tester = RawPeer(tower, "C" * 32, [proto.subscription(proto.DIRECT_RECORD, "C" * 32)])
+    tester = RawPeer(tower, "C" * 32, [proto.subscription(proto.DIRECT_RECORD, "C" * 32),
+                                       proto.subscription(proto.HEAD, "partial")])
     producer = Producer("partial", loopback_config(tower))
     try:
         for i in range(300):  # crosses the reference's 256-entry chunk boundary
@@ -61,6 +62,7 @@ def test_released_records_are_no_longer_served_but_held_ones_are_exact(tower):
         store.send(proto.AckMsg(producer.address, "partial", 99))  # partial ack
         wait_for(lambda: producer.stats()["acked"] == 100, 5, what="partial ack")
         tester.wait_subscribed(b"F" + producer.address.encode())
+        tester.recv(proto.HeadMsg)  # our SUB is connected to the producer too
         tester.send(proto.FetchMsg(producer.address, "C" * 32, "partial", 90, 200))
         answers = [tester.recv(proto.DirectRecordMsg) for _ in range(190)]
         assert [m.sequence for m in answers] == list(range(100, 290))

@@ -101,11 +101,13 @@ def test_consumer_ignores_other_topics_even_with_shared_prefix(tower):
 
 
 def test_producer_answers_fetch_with_direct_record(tower):
-    tester = RawPeer(tower, TESTER, [proto.subscription(proto.DIRECT_RECORD, TESTER)])
+    tester = RawPeer(tower, TESTER, [proto.subscription(proto.DIRECT_RECORD, TESTER),
+                                     proto.subscription(proto.HEAD, "hello")])
     producer = Producer("hello", loopback_config(tower, producer__min_acks=1))
     try:
         producer.send(b"CONTENT")
         tester.wait_subscribed(b"F" + producer.address.encode())
+        tester.recv(proto.HeadMsg)  # sent to every new subscriber: our SUB is connected
         tester.send(proto.FetchMsg(producer.address, TESTER, "hello", 0, 1))
         answer = tester.recv(proto.DirectRecordMsg)
         assert answer == proto.DirectRecordMsg(TESTER, producer.address, "hello", 0, b"CONTENT")
