@@ -94,8 +94,18 @@ class ConsumerState:
         except proto.MalformedMessage:
             self.malformed += 1
             return
-        if sub.subscribe and sub.msg_id == proto.CONSUMER_HELLO and sub.topic:
+        if not sub.subscribe:
+            return
+        if sub.msg_id == proto.CONSUMER_HELLO and sub.topic:
             self._hello(sub.topic)
+        elif sub.msg_id == proto.FETCH or not sub.msg_id:
+            # A producer (``F<address>``) or a store reader (``F``) has just
+            # connected: a FETCH sent before that was lost, send it again now
+            # rather than after fetch_retry.
+            for p in self.partitions.values():
+                if p.head >= p.next and (not sub.topic or p.address == sub.topic):
+                    p.fetch_seq = -1
+                    self._request(p)
 
     # -- positions ----------------------------------------------------------
 

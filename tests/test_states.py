@@ -223,3 +223,17 @@ def test_any_arrival_order_delivers_each_record_once_in_order(order, dups):
     for seq in list(order) + dups:
         state.on_record_frames(*record(seq, direct=True))
     assert [o for o, _ in delivered(state)] == list(range(40))
+
+
+def test_fetch_is_sent_again_when_the_producer_connects():
+    state = ConsumerState(ME, reset="earliest", fetch_retry=1000.0)
+    state.subscribe("t")
+    state.on_frames(proto.encode(proto.HeadMsg("t", P, "t", 3)))
+    assert len(fetches(state)) == 1
+    state.on_subscription(b"\x01F" + b"OTHER" + b"\x00")
+    assert fetches(state) == []
+    state.on_subscription(b"\x01F" + P.encode() + b"\x00")  # the producer's SUB arrives
+    [again] = fetches(state)
+    assert (again.sequence, again.count) == (0, 4)
+    state.on_subscription(b"\x01F")  # a store reader subscribes to every FETCH
+    assert len(fetches(state)) == 1

@@ -1,0 +1,443 @@
+"""dafka-py benchmarks: throughput, latency and memory against the raw ceiling.
+
+    python3 bench/run.py                      # defaults finish in a few minutes on 2 cores
+    python3 bench/run.py --records 200000 --sizes 100 --json out.json
+
+Every peer runs in its own process on 127.0.0.1 (ephemeral ports).  The
+ceiling is raw pyzmq PUB/SUB between two processes sending the same two-frame
+messages with no protocol, measured in the same run; every rate is also shown
+as a ratio to it, because shared machines are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import zmq
+
+HERE = Path(__file__).resolve()
+TOPIC = "bench"
+
+
+# ---------------------------------------------------------------------------
+# helpers shared by the roles (each role is this file run with --role)
+# ---------------------------------------------------------------------------
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def config(sub: str, pub: str, **extra: object):
+    from dafka.config import Config
+
+    values: dict[str, object] = {
+        "beacon/address": "127.0.0.1",
+        "beacon/bind_address": "127.0.0.1",
+        "beacon/sub_address": sub,
+        "beacon/pub_address": pub,
+    }
+    values.update(extra)
+    return Config.load(overrides=values)
+
+
+def emit(result: dict) -> None:
+    result["rss_mib"] = round(peak_rss_mib(), 1)
+    print(json.dumps(result), flush=True)
+
+
+def payload(size: int, stamp: bool) -> bytes:
+    body = b"x" * size
+    if stamp:
+        return time.monotonic_ns().to_bytes(8, "big") + body[8:]
+    return body
+
+
+# ---------------------------------------------------------------------------
+# roles
+# ---------------------------------------------------------------------------
+
+
+def role_raw_pub(a: argparse.Namespace) -> None:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUB)
+    sock.sndhwm = 0
+    sock.connect(a.endpoint)
+    time.sleep(0.5)
+    frame1 = b"M" + TOPIC.encode() + b"\0\x01" + b"\x20" + b"P" * 32 + b"\x05bench" + bytes(8)
+    body = b"x" * a.size
+    send = sock.send
+    started = time.perf_counter()
+    for _ in range(a.records):
+        send(frame1, zmq.SNDMORE)
+        send(body)
+    emit({"sent": a.records, "seconds": time.perf_counter() - started})
+    time.sleep(1)
+
+
+def role_raw_sub(a: argparse.Namespace) -> None:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.SUB)
+    sock.rcvhwm = 0
+    sock.subscribe(b"M")
+    sock.bind("tcp://127.0.0.1:*")
+    print(sock.last_endpoint.decode(), flush=True)
+    recv = sock.recv
+    recv()
+    recv()
+    started = time.perf_counter()
+    for _ in range(a.records - 1):
+        recv()
+        recv()
+    emit({"received": a.records, "seconds": time.perf_counter() - started})
+
+
+def role_producer(a: argparse.Namespace) -> None:
+    from dafka import Producer
+
+    extra = {"producer/min_acks": a.min_acks}
+    if a.hold:
+        extra.update({"producer/max_unacked": a.records + 1, "producer/max_unacked_bytes": 1 << 40})
+    producer = Producer(TOPIC, config(a.sub, a.pub, **extra))
+    time.sleep(a.warmup)
+    body = b"x" * a.size
+    stamp = a.stamp
+    send = producer.send
+    started = time.perf_counter()
+    if a.rate:
+        interval = 1.0 / a.rate
+        next_at = time.perf_counter()
+        for _ in range(a.records):
+            while time.perf_counter() < next_at:
+                pass
+            send(payload(a.size, True))
+            next_at += interval
+    else:
+        for _ in range(a.records):
+            send(payload(a.size, True) if stamp else body)
+    sent = time.perf_counter() - started
+    acked = None
+    if a.min_acks:
+        if not a.hold:
+            producer.flush(timeout=600)
+            acked = time.perf_counter() - started
+    result = {"sent": a.records, "send_seconds": sent, "ack_seconds": acked}
+    if a.hold:
+        result["buffered"] = producer.stats()["buffered"]
+    emit(result)
+    if a.linger:
+        time.sleep(a.linger)
+    if a.hold:
+        _close_quietly(producer)
+    else:
+        producer.close(timeout=30)
+
+
+def _close_quietly(producer) -> None:
+    from dafka import FlushTimeout
+
+    try:
+        producer.close(timeout=0)
+    except FlushTimeout:
+        pass
+
+
+def role_consumer(a: argparse.Namespace) -> None:
+    from dafka import Consumer
+
+    created = time.monotonic()
+    consumer = Consumer(TOPIC, config=config(a.sub, a.pub, **{"consumer/offset/reset": a.reset}))
+    first = consumer.poll(60)
+    if first is None:
+        emit({"received": 0})
+        return
+    first_at = time.monotonic()
+    latencies = []
+    count = 1
+    started = time.perf_counter()
+    stamp = a.stamp
+    while count < a.records:
+        record = consumer.poll(10)
+        if record is None:
+            break
+        count += 1
+        if stamp and count % 16 == 0:
+            latencies.append(time.monotonic_ns() - int.from_bytes(record.value[:8], "big"))
+    elapsed = time.perf_counter() - started
+    result = {"received": count, "seconds": elapsed, "first_record_ms": (first_at - created) * 1000}
+    if latencies:
+        latencies.sort()
+        result["p50_ms"] = latencies[len(latencies) // 2] / 1e6
+        result["p99_ms"] = latencies[int(len(latencies) * 0.99)] / 1e6
+    emit(result)
+    consumer.close()
+
+
+def role_store(a: argparse.Namespace) -> None:
+    from dafka.store import Store
+
+    store = Store(config(a.sub, a.pub), db=a.db).start()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    stats = store.stats()
+    store.stop()
+    emit({"store": stats})
+
+
+ROLES = {
+    "raw-pub": role_raw_pub,
+    "raw-sub": role_raw_sub,
+    "producer": role_producer,
+    "consumer": role_consumer,
+    "store": role_store,
+}
+
+
+# ---------------------------------------------------------------------------
+# the orchestrator
+# ---------------------------------------------------------------------------
+
+
+class Cluster:
+    """A tower in this process; peers as child processes."""
+
+    def __init__(self) -> None:
+        from dafka.config import Config
+        from dafka.towerd.tower import Tower
+
+        self.tower = Tower(Config.load(overrides={
+            "tower/sub_address": "tcp://127.0.0.1:*", "tower/pub_address": "tcp://127.0.0.1:*"})).start()
+        self.procs: list[subprocess.Popen] = []
+
+    def spawn(self, role: str, *args: str, stdin: bool = False) -> subprocess.Popen:
+        cmd = [sys.executable, str(HERE), "--role", role, "--sub", self.tower.sub_endpoint,
+               "--pub", self.tower.pub_endpoint, *args]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.PIPE if stdin else None, text=True)
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        self.tower.stop()
+
+
+def result_of(proc: subprocess.Popen, timeout: float = 900) -> dict:
+    out, _ = proc.communicate(timeout=timeout)
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"benchmark process {proc.args} printed no result (exit {proc.returncode})")
+    return json.loads(lines[-1])
+
+
+def ceiling(records: int, size: int) -> dict:
+    sub = subprocess.Popen([sys.executable, str(HERE), "--role", "raw-sub", "--records", str(records),
+                            "--size", str(size)], stdout=subprocess.PIPE, text=True)
+    endpoint = sub.stdout.readline().strip()
+    pub = subprocess.Popen([sys.executable, str(HERE), "--role", "raw-pub", "--records", str(records),
+                            "--size", str(size), "--endpoint", endpoint], stdout=subprocess.PIPE, text=True)
+    r = result_of(sub)
+    result_of(pub)
+    return {"rate": r["received"] / r["seconds"], "rss_mib": r["rss_mib"]}
+
+
+def scenario_direct(records: int, size: int) -> dict:
+    c = Cluster()
+    try:
+        consumer = c.spawn("consumer", "--records", str(records), "--size", str(size), "--stamp",
+                           "--reset", "earliest")
+        time.sleep(0.5)
+        producer = c.spawn("producer", "--records", str(records), "--size", str(size), "--stamp",
+                           "--min-acks", "0", "--linger", "3")
+        r = result_of(consumer)
+        p = result_of(producer)
+        return {"rate": r["received"] / r["seconds"], "received": r["received"], "p50_ms": r.get("p50_ms"),
+                "p99_ms": r.get("p99_ms"), "send_rate": records / p["send_seconds"],
+                "rss_mib": {"producer": p["rss_mib"], "consumer": r["rss_mib"]}}
+    finally:
+        c.close()
+
+
+def scenario_paced_latency(records: int, size: int, rate: int) -> dict:
+    c = Cluster()
+    try:
+        consumer = c.spawn("consumer", "--records", str(records), "--size", str(size), "--stamp",
+                           "--reset", "earliest")
+        time.sleep(0.5)
+        producer = c.spawn("producer", "--records", str(records), "--size", str(size), "--rate", str(rate),
+                           "--min-acks", "0", "--linger", "3")
+        r = result_of(consumer)
+        result_of(producer)
+        return {"rate": rate, "p50_ms": r.get("p50_ms"), "p99_ms": r.get("p99_ms")}
+    finally:
+        c.close()
+
+
+def scenario_first_record_live() -> dict:
+    c = Cluster()
+    try:
+        producer = c.spawn("producer", "--records", "200", "--size", "100", "--rate", "20", "--min-acks", "0",
+                           "--warmup", "0.5", "--linger", "5")
+        time.sleep(2.0)
+        consumer = c.spawn("consumer", "--records", "1", "--reset", "latest")
+        r = result_of(consumer)
+        producer.kill()
+        return {"first_record_ms": r["first_record_ms"]}
+    finally:
+        c.close()
+
+
+def scenario_hold_unacked(records: int) -> dict:
+    c = Cluster()
+    try:
+        producer = c.spawn("producer", "--records", str(records), "--size", "100", "--min-acks", "1", "--hold",
+                           "--warmup", "0.2")
+        p = result_of(producer)
+        return {"records": records, "buffered": p["buffered"], "rss_mib": p["rss_mib"]}
+    finally:
+        c.close()
+
+
+def store_available() -> bool:
+    try:
+        import dafka.store  # noqa: F401
+        return hasattr(dafka.store, "Store")
+    except ImportError:
+        return False
+
+
+def scenario_store(records: int, size: int, with_consumer: bool) -> dict:
+    c = Cluster()
+    db = tempfile.mkdtemp(prefix="dafka-bench-")
+    try:
+        store = c.spawn("store", "--db", db, stdin=True)
+        store.stdout.readline()
+        consumer = None
+        if with_consumer:
+            consumer = c.spawn("consumer", "--records", str(records), "--size", str(size), "--reset", "earliest")
+        time.sleep(1.0)
+        producer = c.spawn("producer", "--records", str(records), "--size", str(size), "--min-acks", "1")
+        p = result_of(producer)
+        out = {"ack_rate": records / p["ack_seconds"], "send_rate": records / p["send_seconds"],
+               "rss_mib": {"producer": p["rss_mib"]}}
+        if consumer is not None:
+            r = result_of(consumer)
+            out["rate"] = r["received"] / r["seconds"]
+            out["rss_mib"]["consumer"] = r["rss_mib"]
+        # catch-up: a new consumer reads everything back from the store alone
+        catchup = c.spawn("consumer", "--records", str(records), "--size", str(size), "--reset", "earliest")
+        r = result_of(catchup)
+        out["catchup_rate"] = r["received"] / r["seconds"] if r["received"] else 0.0
+        out["catchup_received"] = r["received"]
+        out["first_record_from_store_ms"] = r.get("first_record_ms")
+        store.stdin.write("stop\n")
+        store.stdin.flush()
+        s = result_of(store)
+        out["rss_mib"]["store"] = s["rss_mib"]
+        return out
+    finally:
+        c.close()
+        shutil.rmtree(db, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------
+
+
+def fmt_rate(rate: float | None, ceiling_rate: float) -> str:
+    if not rate:
+        return "n/a"
+    return f"{rate:>10,.0f}/s  ({rate / ceiling_rate:4.2f}x)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--role", choices=sorted(ROLES))
+    ap.add_argument("--records", type=int, default=300_000, help="records per throughput run")
+    ap.add_argument("--catchup-records", type=int, default=1_000_000, help="records stored for catch-up")
+    ap.add_argument("--hold-records", type=int, default=1_000_000, help="unacked records held for the RSS run")
+    ap.add_argument("--sizes", default="100,1000", help="record sizes in bytes, comma-separated")
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    ap.add_argument("--skip", default="", help="comma-separated scenarios to skip (store, hold, spark)")
+    # role options
+    ap.add_argument("--sub")
+    ap.add_argument("--pub")
+    ap.add_argument("--endpoint")
+    ap.add_argument("--db")
+    ap.add_argument("--reset", default="earliest")
+    ap.add_argument("--min-acks", type=int, default=0)
+    ap.add_argument("--rate", type=int, default=0)
+    ap.add_argument("--stamp", action="store_true")
+    ap.add_argument("--hold", action="store_true")
+    ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--linger", type=float, default=0.0)
+    a = ap.parse_args(argv)
+    if a.role:
+        ROLES[a.role](a)
+        return 0
+
+    skip = set(filter(None, a.skip.split(",")))
+    results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                                 "pyzmq": zmq.__version__, "libzmq": zmq.zmq_version()},
+                     "records": a.records, "runs": {}}
+    for size in [int(s) for s in a.sizes.split(",")]:
+        run: dict = {}
+        run["ceiling"] = ceiling(a.records, size)
+        run["direct"] = scenario_direct(a.records, size)
+        run["paced"] = scenario_paced_latency(min(a.records, 20_000), size, 10_000)
+        if "store" not in skip and store_available():
+            run["store"] = scenario_store(a.records, size, with_consumer=False)
+            run["store_consumer"] = scenario_store(a.records, size, with_consumer=True)
+        results["runs"][size] = run
+        print_table(size, run)
+    results["first_record_live"] = scenario_first_record_live()
+    print(f"consumer start to first record, live producer: {results['first_record_live']['first_record_ms']:.1f} ms")
+    if "hold" not in skip:
+        results["hold"] = scenario_hold_unacked(a.hold_records)
+        h = results["hold"]
+        print(f"producer holding {h['buffered']:,} unacked 100-byte records: peak RSS {h['rss_mib']:.0f} MiB")
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def print_table(size: int, run: dict) -> None:
+    ceiling_rate = run["ceiling"]["rate"]
+    rows = [("raw pyzmq PUB/SUB ceiling", fmt_rate(ceiling_rate, ceiling_rate), "")]
+    d = run["direct"]
+    rows.append(("producer -> consumer", fmt_rate(d["rate"], ceiling_rate),
+                 f"p50 {d['p50_ms']:.1f} ms, p99 {d['p99_ms']:.1f} ms at full load" if d.get("p50_ms") else ""))
+    rows.append(("  producer send()", fmt_rate(d["send_rate"], ceiling_rate), ""))
+    p = run["paced"]
+    if p.get("p50_ms") is not None:
+        rows.append(("latency at 10,000 rec/s", "", f"p50 {p['p50_ms']:.2f} ms, p99 {p['p99_ms']:.2f} ms"))
+    if "store" in run:
+        s = run["store"]
+        rows.append(("producer -> store, acked", fmt_rate(s["ack_rate"], ceiling_rate), ""))
+        sc = run["store_consumer"]
+        rows.append(("producer -> consumer, store running", fmt_rate(sc.get("rate"), ceiling_rate), ""))
+        rows.append(("consumer catch-up from store", fmt_rate(s["catchup_rate"], ceiling_rate),
+                     f"{s['catchup_received']:,} records"))
+        if s.get("first_record_from_store_ms") is not None:
+            rows.append(("start to first record (store only)", "", f"{s['first_record_from_store_ms']:.1f} ms"))
+        rows.append(("peak RSS (MiB)", "", ", ".join(f"{k} {v:.0f}" for k, v in s["rss_mib"].items())))
+    rows.append(("peak RSS direct (MiB)", "", ", ".join(f"{k} {v:.0f}" for k, v in d["rss_mib"].items())))
+    print(f"\n== {size}-byte records ==")
+    for name, rate, note in rows:
+        print(f"{name:<38} {rate:<28} {note}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
