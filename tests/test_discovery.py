@@ -147,3 +147,38 @@ def test_tower_relays_reference_beacon_frames_and_drops_malformed(tower):
     finally:
         pub.close()
         sub.close()
+
+
+def test_sigkilled_peer_process_disappears_after_beacon_timeout(tower, processes):
+    """A real process with a beacon, killed with SIGKILL, expires from the others' view."""
+    code = (
+        "import sys, time, zmq\n"
+        "from dafka.beacon import Beacon\n"
+        "b = Beacon(zmq.Context.instance(), 'K' * 32, 40009, host='127.0.0.1',\n"
+        "           tower_sub=sys.argv[1], tower_pub=sys.argv[2], interval_ms=100, timeout_ms=800).start()\n"
+        "print('up', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = processes.python(code, tower.sub_endpoint, tower.pub_endpoint)
+    assert child.stdout.readline().strip() == b"up"
+    a = make_beacon(tower, "A" * 32, 40001, interval_ms=100, timeout_ms=800)
+    try:
+        got = []
+        wait_for(lambda: any(e.sender == "K" * 32 for e in collect(a, got)), 5, what="A sees the child")
+        child.kill()
+        killed = time.monotonic()
+        wait_for(lambda: any(e.kind == DISCONNECT for e in collect(a, got)), 5, what="child expires")
+        assert (DISCONNECT, "tcp://127.0.0.1:40009", "K" * 32) in got
+        assert 0.5 < time.monotonic() - killed < 3.0
+    finally:
+        a.stop()
+
+
+def test_peer_without_beacon_address_advertises_its_route_to_a_loopback_tower(tower):
+    """No beacon/address, no bind address: everything stays on 127.0.0.1."""
+    from dafka import Producer
+    config = loopback_config(tower, beacon__address="", beacon__bind_address="", producer__min_acks=0)
+    with Producer("route", config) as producer:
+        assert producer.endpoint.startswith("tcp://127.0.0.1:")
+        wait_for(lambda: producer.address in tower.peers(), 5, what="tower learns the producer")
+        assert tower.peers()[producer.address] == producer.endpoint
