@@ -122,6 +122,9 @@ def role_producer(a: argparse.Namespace) -> None:
                 pass
             send(payload(a.size, True))
             next_at += interval
+    elif a.hold:
+        for i in range(a.records):  # distinct objects, as real records would be
+            send(i.to_bytes(8, "big") + body[8:])
     else:
         for _ in range(a.records):
             send(payload(a.size, True) if stamp else body)
