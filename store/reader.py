@@ -1,0 +1,424 @@
+"""The store reader: one thread that answers from LevelDB.
+
+It binds an XPUB (``xpub_verbose=1``, ``sndhwm = store/high_watermark``)
+advertised by its own beacon, and connects one SUB to every peer the beacon
+reports, subscribed to exactly ``F``, ``G`` and ``W<reader>`` like the
+reference.
+
+* FETCH (from a consumer or another store's writer, never from its own
+  writer): DIRECT-RECORDs (topic = requester) for ``count`` records from the
+  first stored record at or after ``sequence``.  The reference sends up to
+  ``count + 1`` records and nothing at all when the first one is missing; we
+  are exact.  If records before the first one we have were deleted by
+  retention, a DIRECT-TAIL (extension) saying where the partition now starts
+  goes first.  Answers are streamed in slices of :data:`SLICE` records from a
+  LevelDB iterator, so any ``count`` costs constant memory, and several
+  requesters are served in turn.  The XPUB runs with ``XPUB_NODROP``: a
+  requester whose queue is full holds only its own answer back (its pipe is the
+  only one a DIRECT-RECORD matches) instead of silently losing records; an
+  answer that cannot move for :data:`STALL_TIMEOUT` seconds is abandoned (the
+  requester retries).  A newer FETCH from the same requester for the same
+  partition replaces the answer in progress.
+* GET-HEADS and each subject of a CONSUMER-HELLO: a DIRECT-HEAD per partition
+  of exactly that subject (the reference matches a prefix: ``hello`` also
+  answered ``hello2``).
+* A subscription ``L<consumer>`` seen on the XPUB: STORE-HELLO.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+
+import plyvel
+import zmq
+
+from dafka import proto
+from dafka.beacon import CONNECT, Beacon
+from dafka.config import Config
+from dafka.loop import Loop
+from dafka.peer import DataSocket
+
+from . import keys
+
+log = logging.getLogger(__name__)
+
+SLICE = 10_000  # records sent per loop iteration, across all answers
+DRAIN = 10_000  # requests handled per wake-up
+STALL_TIMEOUT = 10.0  # seconds an answer may wait for room before it is dropped
+_STALL_POLL = 0.005  # seconds between attempts while every answer waits for room
+
+_SNDMORE_NOBLOCK = zmq.SNDMORE | zmq.NOBLOCK
+
+
+class _Answer:
+    """One FETCH being answered."""
+
+    __slots__ = ("key", "requester", "subject", "producer", "prefix", "out_prefix", "seq", "left",
+                 "it", "carry", "first", "stalled_since", "done")
+
+    def __init__(self, requester: str, subject: str, producer: str, seq: int, count: int) -> None:
+        self.key = (requester, subject, producer)
+        self.requester = requester
+        self.subject = subject
+        self.producer = producer
+        self.prefix = keys.partition_prefix(keys.RECORD, subject, producer)
+        self.out_prefix = proto.record_prefix(proto.DIRECT_RECORD, requester, producer, subject)
+        self.seq = seq
+        self.left = count
+        self.it = None
+        self.carry: list[list[bytes]] = []  # messages taken from the iterator but not sent yet
+        self.first = True
+        self.stalled_since: float | None = None
+        self.done = False
+
+    def close(self) -> None:
+        self.done = True
+        if self.it is not None:
+            self.it.close()
+            self.it = None
+
+
+class Reader:
+    def __init__(
+        self, ctx: zmq.Context, config: Config, db: plyvel.DB, address: str, writer_address: str,
+        name: str = "store-reader",
+    ) -> None:
+        self.address = address
+        self.writer_address = writer_address
+        self._db = db
+        hwm = config["store/high_watermark"]
+        self.verbose = bool(config["store/verbose"])
+        self._xpub = ctx.socket(zmq.XPUB)
+        self._xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self._xpub.setsockopt(zmq.XPUB_NODROP, 1)
+        self._xpub.sndhwm = hwm
+        self._xpub.linger = 0
+        self._sub = ctx.socket(zmq.SUB)
+        self._sub.rcvhwm = hwm
+        self._sub.linger = 0
+        for prefix in (
+            proto.subscription(proto.FETCH),
+            proto.subscription(proto.GET_HEADS),
+            proto.subscription(proto.CONSUMER_HELLO, address),
+        ):
+            self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
+        self._data = DataSocket(ctx, config, self._xpub, address, name)
+        self._wake_name = f"inproc://dafka-store-reader-wake-{id(self):x}"
+        self._wake = ctx.socket(zmq.PAIR)
+        self._wake.linger = 0
+        self._wake.bind(self._wake_name)
+        self._waker = ctx.socket(zmq.PAIR)
+        self._waker.linger = 0
+        self._waker.connect(self._wake_name)
+        self._waker_lock = threading.Lock()
+        self._answers: deque[_Answer] = deque()
+        self._by_key: dict[tuple[str, str, str], _Answer] = {}
+        self._peers: set[str] = set()
+        self._stopping = False
+        self.error: BaseException | None = None
+        # counters
+        self.malformed = 0
+        self.fetches = 0  # FETCHes answered (at least one record or tail)
+        self.records_sent = 0
+        self.tails_sent = 0
+        self.heads_sent = 0
+        self.hellos_sent = 0
+        self.dropped = 0  # answers abandoned or messages not sent for lack of room
+        self._thread = threading.Thread(target=self._run, name=f"dafka-store-reader-{address[:8]}", daemon=True)
+
+    # -- control (any thread) -------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        return self._data.endpoint
+
+    @property
+    def beacon(self) -> Beacon:
+        return self._data.beacon
+
+    def start(self) -> None:
+        self._data.beacon.start()
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float) -> bool:
+        self._stopping = True
+        if self._thread.is_alive():
+            with self._waker_lock:
+                self._waker.send(b"")
+            self._thread.join(timeout)
+        ended = not self._thread.is_alive()
+        self._data.beacon.stop()
+        with self._waker_lock:
+            self._waker.close(0)
+        if ended and not self._thread.ident:
+            for sock in (self._sub, self._xpub, self._wake):
+                sock.close(0)
+        return ended
+
+    # -- the thread -----------------------------------------------------------
+
+    def _run(self) -> None:
+        loop = Loop()
+        loop.add_reader(self._sub, self._on_sub)
+        loop.add_reader(self._xpub, self._on_xpub)
+        loop.add_reader(self._data.beacon.events, self._on_beacon)
+        loop.add_reader(self._wake, self._on_wake)
+        try:
+            while not self._stopping:
+                if not self._answers:
+                    timeout = None
+                elif any(a.stalled_since is None for a in self._answers):
+                    timeout = 0.0
+                else:
+                    timeout = _STALL_POLL
+                loop.run_once(timeout)
+                if self._answers and not self._stopping:
+                    self._serve(SLICE)
+        except BaseException as exc:  # noqa: BLE001 - logged and reported by Store
+            self.error = exc
+            log.exception("store reader %s failed", self.address)
+        finally:
+            for answer in self._answers:
+                answer.close()
+            self._answers.clear()
+            self._by_key.clear()
+            for sock in (self._sub, self._xpub, self._wake):
+                sock.close()
+
+    def _on_wake(self, sock: zmq.Socket) -> None:
+        while True:
+            try:
+                sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
+    def _on_sub(self, sock: zmq.Socket) -> None:
+        for _ in range(DRAIN):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                msg = proto.decode(frames)
+            except proto.MalformedMessage as exc:
+                self.malformed += 1
+                log.debug("store reader %s dropped a malformed message: %s", self.address, exc)
+                continue
+            kind = type(msg)
+            if kind is proto.FetchMsg:
+                self._on_fetch(msg)
+            elif kind is proto.GetHeadsMsg:
+                self._send_heads(msg.address, msg.topic)
+            elif kind is proto.ConsumerHelloMsg:
+                if msg.topic == self.address:
+                    for subject in msg.subjects:
+                        self._send_heads(msg.address, subject)
+
+    def _on_xpub(self, sock: zmq.Socket) -> None:
+        for _ in range(DRAIN):
+            try:
+                frame = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                sub = proto.decode_subscription(frame)
+            except proto.MalformedMessage as exc:
+                self.malformed += 1
+                log.debug("store reader %s dropped a malformed subscription frame: %s", self.address, exc)
+                continue
+            if sub.subscribe and sub.msg_id == proto.STORE_HELLO and sub.topic:
+                try:
+                    frames = proto.encode(proto.StoreHelloMsg(sub.topic, self.address))
+                except ValueError:
+                    self.malformed += 1
+                    continue
+                if self._send_now(frames):
+                    self.hellos_sent += 1
+
+    def _on_beacon(self, pipe: zmq.Socket) -> None:
+        for event in Beacon.read_events(pipe):
+            if event.kind == CONNECT:
+                if event.endpoint not in self._peers:
+                    self._sub.connect(event.endpoint)
+                    self._peers.add(event.endpoint)
+            elif event.endpoint in self._peers:
+                self._peers.discard(event.endpoint)
+                try:
+                    self._sub.disconnect(event.endpoint)
+                except zmq.ZMQError:
+                    pass
+
+    # -- answers --------------------------------------------------------------
+
+    def _send_now(self, frames: list[bytes]) -> bool:
+        """Send a one-off message; drop it (counted) if its requester's queue is full."""
+        try:
+            self._xpub.send(frames[0], zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            self.dropped += 1
+            return False
+
+    def _send_heads(self, requester: str, subject: str) -> None:
+        raw = keys.to_bytes(subject)
+        if not keys.valid_name(raw):
+            return
+        prefix = keys.HEAD + raw + b"\0"
+        for key, value in self._db.iterator(prefix=prefix):
+            address = key[len(prefix):-1]
+            if not key.endswith(b"\0") or not keys.valid_name(address) or len(value) != keys.SEQ_BYTES:
+                continue
+            try:
+                frames = proto.encode(proto.DirectHeadMsg(requester, keys.to_str(address), subject, keys.seq_of(value)))
+            except ValueError:
+                self.malformed += 1
+                return
+            if self._send_now(frames):
+                self.heads_sent += 1
+
+    def _on_fetch(self, msg: proto.FetchMsg) -> None:
+        if msg.address == self.writer_address or msg.count == 0:
+            return
+        if not (keys.valid_name(keys.to_bytes(msg.subject)) and keys.valid_name(keys.to_bytes(msg.topic))):
+            return
+        try:
+            answer = _Answer(msg.address, msg.subject, msg.topic, msg.sequence, msg.count)
+        except ValueError:  # a requester address the wire cannot carry back
+            self.malformed += 1
+            return
+        old = self._by_key.pop(answer.key, None)
+        if old is not None:
+            old.close()  # superseded: the requester has moved on
+        answer.it = self._db.iterator(
+            start=answer.prefix + keys.seq_bytes(msg.sequence), stop=keys.prefix_end(answer.prefix)
+        )
+        self._by_key[answer.key] = answer
+        self._answers.append(answer)
+
+    def _serve(self, budget: int) -> None:
+        """Send up to ``budget`` records, taking the answers in turn."""
+        answers = self._answers
+        now = time.monotonic()
+        for _ in range(len(answers)):
+            if budget <= 0:
+                break
+            answer = answers.popleft()
+            if answer.done:
+                continue
+            sent, finished = self._serve_one(answer, budget)
+            budget -= sent
+            self.records_sent += sent
+            if finished:
+                answer.close()
+                if self._by_key.get(answer.key) is answer:
+                    del self._by_key[answer.key]
+            elif answer.stalled_since is not None and now - answer.stalled_since > STALL_TIMEOUT:
+                log.warning(
+                    "store reader %s: %s has not read its answer for %.0f s; dropped the rest of it",
+                    self.address, answer.requester, STALL_TIMEOUT,
+                )
+                self.dropped += 1
+                answer.close()
+                if self._by_key.get(answer.key) is answer:
+                    del self._by_key[answer.key]
+            else:
+                answers.append(answer)
+
+    def _serve_one(self, answer: _Answer, budget: int) -> tuple[int, bool]:
+        """Send part of one answer: (records sent, finished)."""
+        sent = self._flush_carry(answer)
+        if answer.carry:
+            return sent, False
+        it = answer.it
+        if it is None or answer.left <= 0:
+            return sent, True
+        out_prefix = answer.out_prefix
+        if answer.first:
+            answer.first = False
+            try:
+                key, value = next(it)
+            except StopIteration:
+                return sent, True  # nothing stored at or after the sequence asked for
+            self.fetches += 1
+            seq8 = key[-8:]
+            oldest = keys.seq_of(seq8)
+            if oldest > answer.seq:
+                # The records before this one are gone (retention): say so first.
+                answer.carry.append(
+                    proto.encode(proto.DirectTailMsg(answer.requester, answer.producer, answer.subject, oldest))
+                )
+                self.tails_sent += 1
+            answer.carry.append([out_prefix + seq8, value])
+            answer.left -= 1
+            sent += self._flush_carry(answer)
+            if answer.carry:
+                return sent, False
+            if answer.left <= 0:
+                return sent, True
+        if sent >= budget:
+            return sent, False
+        send = self._xpub.send
+        send_rest = self._send_rest
+        left = answer.left
+        for key, value in it:
+            frame = out_prefix + key[-8:]
+            try:
+                send(frame, _SNDMORE_NOBLOCK)
+            except zmq.Again:
+                answer.carry.append([frame, value])
+                answer.left = left - 1
+                answer.stalled_since = time.monotonic()
+                return sent, False
+            send_rest(value)
+            sent += 1
+            left -= 1
+            if left <= 0 or sent >= budget:
+                break
+        else:
+            left = 0  # no more records in the partition
+        answer.left = left
+        return sent, left <= 0
+
+    def _flush_carry(self, answer: _Answer) -> int:
+        """Send what was taken from the iterator but not sent; returns the
+        records sent.  Leaves ``answer.carry`` non-empty if there is no room."""
+        carry = answer.carry
+        sent = 0
+        send = self._xpub.send
+        while carry:
+            frames = carry[0]
+            try:
+                if len(frames) == 2:
+                    send(frames[0], _SNDMORE_NOBLOCK)
+                    self._send_rest(frames[1])
+                    sent += 1
+                else:
+                    send(frames[0], zmq.NOBLOCK)
+            except zmq.Again:
+                if answer.stalled_since is None:
+                    answer.stalled_since = time.monotonic()
+                return sent
+            carry.pop(0)
+        answer.stalled_since = None
+        return sent
+
+    def _send_rest(self, content: bytes) -> None:
+        """The content frame after an accepted first frame: libzmq only checks
+        the high-water mark at the start of a message, so this cannot fail
+        with EAGAIN; if it ever did, block rather than cut the message."""
+        try:
+            self._xpub.send(content, zmq.NOBLOCK)
+        except zmq.Again:
+            self._xpub.send(content)
+
+    # -- reporting -------------------------------------------------------------
+
+    @property
+    def peers(self) -> int:
+        return len(self._peers)

@@ -1,0 +1,199 @@
+"""The public store: one LevelDB database, a writer thread and a reader thread.
+
+>>> with Store({"beacon/address": "127.0.0.1"}, db="/var/lib/dafka/storedb") as store:
+...     store.run_forever()          # until SIGINT/SIGTERM or request_stop()
+
+The writer and the reader each have their own address (a new one on every
+start, like the reference), their own bound socket and their own beacon; each
+runs one loop thread that owns its sockets.  They share the plyvel handle,
+which is thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from typing import Any
+
+import plyvel
+import zmq
+
+from dafka.peer import ConfigLike, as_config, new_address
+
+from .errors import StoreError, StoreLocked
+from .reader import Reader
+from .writer import Writer
+
+log = logging.getLogger(__name__)
+
+WRITE_BUFFER_BYTES = 32 * 1024 * 1024  # LevelDB memtable size: fewer, larger level-0 files under load
+
+
+def open_db(path: str) -> plyvel.DB:
+    """Open (creating if needed) the LevelDB directory ``path``.
+
+    Raises :class:`StoreLocked` if another opener holds it, :class:`StoreError`
+    for anything else that keeps it from opening."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the store database directory {path!r}: {exc}") from exc
+    try:
+        return plyvel.DB(path, create_if_missing=True, write_buffer_size=WRITE_BUFFER_BYTES)
+    except plyvel.IOError as exc:
+        detail = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        if "lock" in detail.lower():
+            raise StoreLocked(path, detail) from None
+        raise StoreError(f"cannot open the store database {path!r}: {detail}") from exc
+    except plyvel.Error as exc:
+        raise StoreError(f"cannot open the store database {path!r}: {exc}") from exc
+
+
+class Store:
+    """Persist every record of every topic; answer FETCH, GET-HEADS and hellos.
+
+    ``config`` is a :class:`~dafka.config.Config`, a dict of overrides, a ZPL
+    file path or None; ``db`` overrides ``store/db``.  The database is opened
+    (and locked) by the constructor; the threads start with :meth:`start`."""
+
+    def __init__(self, config: ConfigLike = None, *, db: str | os.PathLike | None = None,
+                 ctx: zmq.Context | None = None) -> None:
+        self.config = as_config(config)
+        self.path = os.fspath(db) if db is not None else self.config["store/db"]
+        self._ctx = ctx or zmq.Context.instance()
+        self.writer_address = new_address()
+        self.reader_address = new_address()
+        self._db = open_db(self.path)
+        self._started = False
+        self._stopped = False
+        self._stop_lock = threading.Lock()
+        self._stop_requested = threading.Event()
+        try:
+            self._writer = Writer(self._ctx, self.config, self._db, self.writer_address)
+            try:
+                self._reader = Reader(self._ctx, self.config, self._db, self.reader_address, self.writer_address)
+            except BaseException:
+                self._writer.stop(0)
+                raise
+        except BaseException:
+            self._db.close()
+            raise
+        log.info(
+            "store on %s: writer %s at %s, reader %s at %s",
+            self.path, self.writer_address, self._writer.endpoint, self.reader_address, self._reader.endpoint,
+        )
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> "Store":
+        """Start the writer and reader threads (and their beacons)."""
+        if self._stopped:
+            raise StoreError("store is stopped")
+        if not self._started:
+            self._started = True
+            self._writer.start()
+            self._reader.start()
+        return self
+
+    def stop(self, timeout: float = 5) -> None:
+        """Write what is held, stop both threads, close the database.  Idempotent."""
+        with self._stop_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            self._stop_requested.set()
+            half = max(timeout / 2, 0.1)
+            writer_ended = self._writer.stop(half)
+            reader_ended = self._reader.stop(half)
+            if writer_ended and reader_ended:
+                self._db.close()
+            else:
+                # Closing the database under a running thread would crash the process.
+                log.error("store %s: a thread did not stop within %.1f s; database left open", self.path, timeout)
+            if self._writer.state.failed is not None:
+                log.error("store %s stopped with %d records it could not write (never ACKed)",
+                          self.path, self._writer.state.failed.records)
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run_forever` to return; safe from a signal handler or any thread."""
+        self._stop_requested.set()
+
+    def run_forever(self, install_signal_handlers: bool = True) -> None:
+        """Start if needed, serve until :meth:`request_stop` (or SIGINT/SIGTERM
+        when called from the main thread with ``install_signal_handlers``) or
+        until a loop thread dies, then :meth:`stop`.  Raises
+        :class:`StoreError` if a thread died."""
+        self.start()
+        previous: dict[int, Any] = {}
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, lambda signum, frame: self.request_stop())
+        try:
+            while not self._stop_requested.wait(0.5):
+                if not (self._writer.alive() and self._reader.alive()):
+                    break
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.stop()
+        error = self._writer.error or self._reader.error
+        if error is not None:
+            raise StoreError(f"store thread failed: {error!r}") from error
+
+    def __enter__(self) -> "Store":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- reporting ----------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """True once a tower has answered both the writer's and the reader's beacon."""
+        return self._writer.beacon.connected and self._reader.beacon.connected
+
+    @property
+    def writer_endpoint(self) -> str:
+        return self._writer.endpoint
+
+    @property
+    def reader_endpoint(self) -> str:
+        return self._reader.endpoint
+
+    def heads(self) -> dict[tuple[str, str], int]:
+        """(subject, producer address) -> highest sequence written, for every partition."""
+        return self._writer.state.heads()
+
+    def stats(self) -> dict[str, int]:
+        w, r, s = self._writer, self._reader, self._writer.state
+        failed = s.failed
+        return {
+            "records_written": s.records_written,
+            "acks_sent": s.acks_sent,
+            "fetches_sent": s.fetches_sent,
+            "duplicates": s.duplicates,
+            "buffered": s.buffered,
+            "dropped": s.dropped,
+            "skipped": s.skipped,
+            "unwritten": failed.records if failed is not None else 0,
+            "write_errors": w.write_errors,
+            "retention_deleted": w.retention_deleted,
+            "fetch_answers": r.fetches,
+            "records_served": r.records_sent,
+            "tails_sent": r.tails_sent,
+            "heads_sent": r.heads_sent,
+            "hellos_sent": r.hellos_sent,
+            "answers_dropped": r.dropped,
+            "malformed": s.malformed + r.malformed,
+            "writer_malformed": s.malformed,
+            "reader_malformed": r.malformed,
+            "partitions": len(s.partitions),
+            "writer_peers": w.peers,
+            "reader_peers": r.peers,
+        }
+
+    def __repr__(self) -> str:
+        return f"<Store {self.path} writer={self.writer_address} reader={self.reader_address}>"

@@ -1,0 +1,293 @@
+"""The store writer: one thread that owns the writer's sockets and writes to LevelDB.
+
+It binds a PUB (FETCH and ACK go out on it) advertised by its own beacon, and
+connects one SUB to every peer the beacon reports, subscribed to ``M`` and
+``H`` (every RECORD and HEAD), ``D<writer>`` (answers to its FETCHes) and
+``T<writer>`` (the DIRECT-TAIL extension).  Each wake-up drains up to
+:data:`DRAIN` messages into one WriteBatch, writes it, and only then sends
+one ACK per partition in it.  The protocol logic is
+:class:`~dafka.store.writer_state.WriterState`; retention is
+:mod:`dafka.store.retention`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import plyvel
+import zmq
+
+from dafka import proto
+from dafka.beacon import CONNECT, Beacon
+from dafka.config import Config
+from dafka.loop import Loop
+from dafka.peer import DataSocket
+
+from . import keys, retention
+from .writer_state import WriterState
+
+log = logging.getLogger(__name__)
+
+DRAIN = 100_000  # messages drained into one batch per wake-up
+TICK = 0.1  # seconds between fetch-retry checks
+HOUSEKEEPING = 1.0  # seconds between write retries / retention passes
+FETCH_RETRY = 1.0  # seconds before a FETCH without progress is repeated
+
+
+class Writer:
+    def __init__(self, ctx: zmq.Context, config: Config, db: plyvel.DB, address: str, name: str = "store-writer") -> None:
+        self.address = address
+        self._db = db
+        self._ctx = ctx
+        self._sync = bool(config["store/sync"])
+        self.retention_ms = config["store/retention/ms"]
+        self.retention_bytes = config["store/retention/bytes"]
+        self.verbose = bool(config["store/verbose"])
+        hwm = config["store/high_watermark"]
+        self.state = WriterState(address, fetch_retry=FETCH_RETRY)
+        self.write_errors = 0
+        self.retention_deleted = 0
+        self.last_error: str | None = None
+        self._load()
+        self._pub = ctx.socket(zmq.PUB)
+        self._pub.sndhwm = hwm
+        self._pub.linger = 500  # let the last ACKs out on stop
+        self._sub = ctx.socket(zmq.SUB)
+        self._sub.rcvhwm = hwm
+        self._sub.linger = 0
+        for prefix in (
+            proto.subscription(proto.RECORD),
+            proto.subscription(proto.HEAD),
+            proto.subscription(proto.DIRECT_RECORD, address, exact=True),
+            proto.subscription(proto.DIRECT_TAIL, address, exact=True),
+        ):
+            self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
+        self._data = DataSocket(ctx, config, self._pub, address, name)
+        self._wake_name = f"inproc://dafka-store-writer-wake-{id(self):x}"
+        self._wake = ctx.socket(zmq.PAIR)
+        self._wake.linger = 0
+        self._wake.bind(self._wake_name)
+        self._waker = ctx.socket(zmq.PAIR)
+        self._waker.linger = 0
+        self._waker.connect(self._wake_name)
+        self._waker_lock = threading.Lock()
+        self._peers: set[str] = set()
+        self._stopping = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"dafka-store-writer-{address[:8]}", daemon=True)
+
+    # -- startup ------------------------------------------------------------
+
+    def _load(self) -> None:
+        """Rebuild the heads (and, for byte retention, the sizes) from the database."""
+        state = self.state
+        for key, value in self._db.iterator(prefix=keys.HEAD):
+            try:
+                parsed = keys.parse_key(key)
+            except ValueError:
+                log.warning("store: ignoring a malformed head key %r", key)
+                continue
+            if len(value) != keys.SEQ_BYTES:
+                log.warning("store: ignoring head key %r with a %d-byte value", key, len(value))
+                continue
+            state.load(parsed.subject, parsed.address, keys.seq_of(value))
+        if self.retention_bytes >= 0:
+            for key, value in self._db.iterator(prefix=keys.STAMP):
+                try:
+                    stamp = keys.decode_stamp(key, value)
+                    parsed = keys.parse_key(key)
+                except ValueError:
+                    continue
+                p = state.partitions.get((parsed.subject, parsed.address))
+                if p is not None:
+                    p.total_bytes += stamp.nbytes
+        if state.partitions:
+            log.info("store: %d partitions in the database", len(state.partitions))
+
+    # -- control (any thread) -------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        return self._data.endpoint
+
+    @property
+    def beacon(self) -> Beacon:
+        return self._data.beacon
+
+    def start(self) -> None:
+        self._data.beacon.start()
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float) -> bool:
+        """Stop the loop (it writes what it holds first); True if it ended."""
+        self._stopping = True
+        if self._thread.is_alive():
+            with self._waker_lock:
+                self._waker.send(b"")
+            self._thread.join(timeout)
+        ended = not self._thread.is_alive()
+        self._data.beacon.stop()
+        with self._waker_lock:
+            self._waker.close(0)
+        if ended and not self._thread.ident:
+            # never started: its sockets are still ours to close
+            for sock in (self._sub, self._pub, self._wake):
+                sock.close(0)
+        return ended
+
+    # -- the thread -----------------------------------------------------------
+
+    def _run(self) -> None:
+        loop = Loop()
+        loop.add_reader(self._sub, self._on_sub)
+        loop.add_reader(self._data.beacon.events, self._on_beacon)
+        loop.add_reader(self._wake, self._on_wake)
+        loop.call_every(TICK, self._tick)
+        loop.call_every(HOUSEKEEPING, self._housekeeping)
+        try:
+            while not self._stopping:
+                loop.run_once(None)
+            self._commit()
+            if self.state.failed is not None:
+                self._write(self.state.failed)
+                self._flush_out()
+        except BaseException as exc:  # noqa: BLE001 - logged and reported by Store
+            self.error = exc
+            log.exception("store writer %s failed", self.address)
+        finally:
+            for sock in (self._sub, self._pub, self._wake):
+                sock.close()
+
+    def _on_wake(self, sock: zmq.Socket) -> None:
+        while True:
+            try:
+                sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
+    def _on_sub(self, sock: zmq.Socket) -> None:
+        # Frame 1 is received as a zmq.Frame for its ``more`` flag: reading
+        # ``sock.rcvmore`` costs ~1.3 us per call in pyzmq 27 (an enum lookup
+        # inside getsockopt), more than everything else a record costs here.
+        # Frames after the content of a record (a malformed 3+ frame message)
+        # come out of the next recv as messages of their own and are counted
+        # as malformed there (unless they happen to form a valid message).
+        state = self.state
+        state.now = time.monotonic()
+        recv = sock.recv
+        on_record = state.on_record_frames
+        on_frames = state.on_frames
+        for _ in range(DRAIN):
+            try:
+                first = recv(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            if first.more:
+                on_record(first.bytes, recv())
+            else:
+                on_frames([first.bytes])
+        self._commit()
+
+    def _commit(self) -> None:
+        """Write the open batch, then send its ACKs (and any FETCH)."""
+        batch = self.state.take_batch(int(time.time() * 1000))
+        if batch is not None:
+            self._write(batch)
+        self._flush_out()
+
+    def _write(self, batch) -> None:
+        state = self.state
+        try:
+            self._write_batch(batch.keys, batch.values)
+        except (plyvel.Error, OSError) as exc:
+            self.write_errors += 1
+            self.last_error = str(exc)
+            if state.failed is None:
+                log.error(
+                    "store writer %s: cannot write to the database (%s); ACKs stop, reads go on, "
+                    "retrying every %.0f s with %d records held",
+                    self.address, exc, HOUSEKEEPING, batch.records,
+                )
+            state.batch_failed(batch)
+        else:
+            state.batch_written(batch)
+
+    def _write_batch(self, put_keys: list[bytes], put_values: list[bytes], deletes: list[bytes] = ()) -> None:
+        """The one place that writes to LevelDB (tests replace it to simulate a full disk)."""
+        wb = self._db.write_batch(sync=self._sync)
+        put = wb.put
+        for key, value in zip(put_keys, put_values):
+            put(key, value)
+        for key in deletes:
+            wb.delete(key)
+        wb.write()
+
+    def _flush_out(self) -> None:
+        out = self.state.out
+        if out:
+            send = self._pub.send
+            for frames in out:
+                send(frames[0])
+            out.clear()
+
+    def _tick(self) -> None:
+        self.state.tick(time.monotonic())
+        self._flush_out()
+
+    def _housekeeping(self) -> None:
+        state = self.state
+        if state.failed is not None:
+            self._write(state.failed)
+            self._flush_out()
+            return
+        if self.retention_ms >= 0 or self.retention_bytes >= 0:
+            self._retention()
+
+    def _retention(self) -> None:
+        cuts = retention.plan(
+            self._db, list(self.state.partitions.values()), int(time.time() * 1000),
+            self.retention_ms, self.retention_bytes,
+        )
+        if not cuts:
+            return
+        deletes = [key for cut in cuts for key in cut.deletes]
+        puts = [kv for cut in cuts for kv in cut.puts]
+        try:
+            self._write_batch([k for k, _ in puts], [v for _, v in puts], deletes)
+        except (plyvel.Error, OSError) as exc:
+            self.write_errors += 1
+            self.last_error = str(exc)
+            log.error("store writer %s: retention could not delete records (%s); will retry", self.address, exc)
+            return
+        for cut in cuts:
+            retention.applied(cut)
+            self.retention_deleted += cut.deleted
+            log.log(
+                logging.INFO if self.verbose else logging.DEBUG,
+                "store: retention deleted %d records of %s/%s; oldest kept is now %d",
+                cut.deleted, cut.partition.subject, cut.partition.address, cut.new_tail,
+            )
+
+    def _on_beacon(self, pipe: zmq.Socket) -> None:
+        for event in Beacon.read_events(pipe):
+            if event.kind == CONNECT:
+                if event.endpoint not in self._peers:
+                    self._sub.connect(event.endpoint)
+                    self._peers.add(event.endpoint)
+            elif event.endpoint in self._peers:
+                self._peers.discard(event.endpoint)
+                try:
+                    self._sub.disconnect(event.endpoint)
+                except zmq.ZMQError:
+                    pass
+
+    # -- reporting (any thread) -------------------------------------------------
+
+    @property
+    def peers(self) -> int:
+        return len(self._peers)

@@ -1,0 +1,378 @@
+"""The store writer's protocol logic, free of I/O.
+
+Feed it the frames that arrive on the writer's SUB socket and the time; take
+back a :class:`Batch` of LevelDB puts, write it, and report the outcome with
+:meth:`WriterState.batch_written` (which queues the ACKs) or
+:meth:`WriterState.batch_failed`.  ``out`` holds the frames to publish on the
+writer's PUB socket (FETCH and ACK).
+
+Per partition (subject, producer address) it keeps ``head``, the highest
+sequence of the contiguous run accepted so far, and ``written``, the part of
+it that is durably in the database.  Only ``written`` is ever ACKed.
+
+Beyond the reference:
+
+* out-of-order records are kept (bounded, per partition) while the gap before
+  them is fetched, instead of being dropped and fetched again;
+* a FETCH that makes no progress is repeated after ``fetch_retry`` seconds,
+  and one that is being answered is not repeated, so a lost FETCH or answer
+  never stalls a partition and a busy one is not asked twice;
+* when a write fails (disk full...) the batch is kept and retried, nothing is
+  ACKed meanwhile, and new records are dropped (the producers keep them until
+  they are ACKed; they are fetched again after recovery);
+* a HEAD also re-sends the ACK of what is written, so an ACK lost to a crash
+  or a reconnection cannot leave a producer waiting forever;
+* a DIRECT-TAIL (sent by a store with retention) lets a partition skip
+  records that no peer keeps any more, once nobody answered the FETCH for
+  them within ``fetch_retry``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from dafka import proto
+
+from . import keys
+
+log = logging.getLogger(__name__)
+
+FETCH_CHUNK = 100_000  # at most this many records asked for in one FETCH
+MAX_BUFFERED = 100_000  # out-of-order records kept per partition
+
+
+class Partition:
+    __slots__ = (
+        "subject", "address", "key_prefix", "head_key", "stamp_prefix", "ack_prefix",
+        "head", "written", "known_head", "pending",
+        "fetch_seq", "fetch_end", "fetched_at", "progress_at", "tick_head", "tail_hint",
+        "batch_first", "batch_bytes", "stamp_first", "stamp_last", "stamp_start_ms", "stamp_bytes",
+        "total_bytes",
+    )
+
+    def __init__(self, subject: str, address: str, head: int = -1) -> None:
+        self.subject = subject
+        self.address = address
+        self.key_prefix = keys.partition_prefix(keys.RECORD, subject, address)
+        self.head_key = keys.head_key(subject, address)
+        self.stamp_prefix = keys.partition_prefix(keys.STAMP, subject, address)
+        self.ack_prefix = proto.encode(proto.AckMsg(address, subject, 0))[0][:-8]
+        self.head = head  # highest contiguous sequence accepted (-1: none)
+        self.written = head  # highest sequence durably written (-1: none)
+        self.known_head = head  # highest sequence known to exist
+        self.pending: dict[int, bytes] = {}  # out-of-order records, bounded
+        self.fetch_seq = -1  # the last FETCH asked for [fetch_seq, fetch_end)
+        self.fetch_end = -1
+        self.fetched_at = float("-inf")
+        self.progress_at = float("-inf")  # last tick that saw head move
+        self.tick_head = head
+        self.tail_hint = -1  # oldest sequence another store still keeps (DIRECT-TAIL)
+        self.batch_first = -1  # first sequence accepted into the open batch (-1: none)
+        self.batch_bytes = 0
+        self.stamp_first = -1  # the newest stamp entry, extended by later batches
+        self.stamp_last = -1
+        self.stamp_start_ms = 0
+        self.stamp_bytes = 0
+        self.total_bytes = 0  # content bytes stored (exact only when loaded from stamps)
+
+    def __repr__(self) -> str:
+        return f"<Partition {self.subject}/{self.address} head={self.head} written={self.written}>"
+
+
+class Batch:
+    """What to write in one LevelDB WriteBatch, and what to ACK once it is written."""
+
+    __slots__ = ("keys", "values", "acks", "records")
+
+    def __init__(self, keys_: list[bytes], values: list[bytes], acks: list[tuple[Partition, int]], records: int) -> None:
+        self.keys = keys_
+        self.values = values
+        self.acks = acks
+        self.records = records
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+class WriterState:
+    def __init__(
+        self,
+        address: str,
+        *,
+        fetch_retry: float = 1.0,
+        max_buffered: int = MAX_BUFFERED,
+        fetch_chunk: int = FETCH_CHUNK,
+        stamp_span_ms: int = keys.STAMP_SPAN_MS,
+    ) -> None:
+        self.address = address
+        self.fetch_retry = fetch_retry
+        self.max_buffered = max_buffered
+        self.fetch_chunk = fetch_chunk
+        self.stamp_span_ms = stamp_span_ms
+        self.partitions: dict[tuple[str, str], Partition] = {}
+        self._by_prefix: dict[bytes, Partition] = {}
+        self.out: list[list[bytes]] = []
+        self._keys: list[bytes] = []
+        self._values: list[bytes] = []
+        self._touched: list[Partition] = []
+        self._staged = 0  # records in the open batch
+        self.failed: Batch | None = None  # a batch whose write failed, to retry
+        self.now = 0.0
+        # counters
+        self.records_written = 0
+        self.acks_sent = 0
+        self.fetches_sent = 0
+        self.duplicates = 0
+        self.malformed = 0
+        self.dropped = 0  # records refused while a write is failing, or beyond the buffer
+        self.skipped = 0  # sequences skipped after a DIRECT-TAIL
+
+    # -- partitions ---------------------------------------------------------
+
+    def load(self, subject: str, address: str, head: int, total_bytes: int = 0) -> Partition:
+        """A partition found in the database at startup, written through ``head``."""
+        p = self._add(subject, address, head)
+        p.total_bytes = total_bytes
+        return p
+
+    def _add(self, subject: str, address: str, head: int) -> Partition:
+        p = Partition(subject, address, head)
+        self.partitions[(subject, address)] = p
+        self._by_prefix[proto.record_prefix(proto.RECORD, subject, address, subject)] = p
+        self._by_prefix[proto.record_prefix(proto.DIRECT_RECORD, self.address, address, subject)] = p
+        return p
+
+    def _partition(self, subject: str, address: str) -> Partition | None:
+        p = self.partitions.get((subject, address))
+        if p is None:
+            if not (keys.valid_name(keys.to_bytes(subject)) and keys.valid_name(keys.to_bytes(address))):
+                self.malformed += 1
+                log.debug("store writer %s: refused a partition name with a NUL: %r/%r", self.address, subject, address)
+                return None
+            p = self._add(subject, address, -1)
+            log.debug("store writer %s: new partition %s/%s", self.address, subject, address)
+        return p
+
+    def heads(self) -> dict[tuple[str, str], int]:
+        """Written head of every partition that has one."""
+        return {k: p.written for k, p in list(self.partitions.items()) if p.written >= 0}
+
+    @property
+    def staged(self) -> int:
+        """Records accepted into the open batch."""
+        return self._staged
+
+    @property
+    def buffered(self) -> int:
+        return sum(len(p.pending) for p in list(self.partitions.values()))
+
+    # -- incoming -----------------------------------------------------------
+
+    def on_record_frames(self, frame: bytes, content: bytes) -> None:
+        """The hot path: a two-frame message from the SUB socket."""
+        p = self._by_prefix.get(frame[:-8])
+        if p is None or self.failed is not None:
+            self.on_frames([frame, content])
+            return
+        seq8 = frame[-8:]
+        seq = int.from_bytes(seq8, "big")
+        if seq == p.head + 1:
+            self._keys.append(p.key_prefix + seq8)
+            self._values.append(content)
+            self._staged += 1
+            p.head = seq
+            p.batch_bytes += len(content)
+            if p.batch_first < 0:
+                p.batch_first = seq
+                self._touched.append(p)
+            if seq > p.known_head:
+                p.known_head = seq  # live traffic: nothing pending, nothing to fetch
+            elif p.pending or seq >= p.fetch_end - 1:
+                self._after_store(p)
+        else:
+            self._on_record(p, seq, content)
+
+    def on_frames(self, frames: list[bytes]) -> None:
+        """Any message from the SUB socket (the slow path)."""
+        try:
+            msg = proto.decode(frames)
+        except proto.MalformedMessage as exc:
+            self.malformed += 1
+            log.debug("store writer %s dropped a malformed message: %s", self.address, exc)
+            return
+        kind = type(msg)
+        if kind is proto.RecordMsg or kind is proto.DirectRecordMsg:
+            if kind is proto.DirectRecordMsg and msg.topic != self.address:
+                return
+            p = self._partition(msg.subject, msg.address)
+            if p is not None:
+                self._on_record(p, msg.sequence, msg.content)
+        elif kind is proto.HeadMsg:
+            p = self._partition(msg.subject, msg.address)
+            if p is not None:
+                self._on_head(p, msg.sequence)
+        elif kind is proto.DirectTailMsg:
+            if msg.topic == self.address:
+                p = self._partition(msg.subject, msg.address)
+                if p is not None and msg.sequence > p.tail_hint:
+                    p.tail_hint = msg.sequence
+
+    def _on_record(self, p: Partition, seq: int, content: bytes) -> None:
+        if seq <= p.head:
+            self.duplicates += 1
+            return
+        if seq > p.known_head:
+            p.known_head = seq
+        if self.failed is not None:
+            self.dropped += 1
+            return
+        if seq == p.head + 1:
+            self._stage(p, seq, content)
+            self._after_store(p)
+            return
+        if seq - p.head <= self.max_buffered and len(p.pending) < self.max_buffered:
+            p.pending[seq] = content
+        else:
+            self.dropped += 1
+        self._request(p)
+
+    def _stage(self, p: Partition, seq: int, content: bytes) -> None:
+        self._keys.append(p.key_prefix + seq.to_bytes(8, "big"))
+        self._values.append(content)
+        self._staged += 1
+        p.head = seq
+        p.batch_bytes += len(content)
+        if p.batch_first < 0:
+            p.batch_first = seq
+            self._touched.append(p)
+
+    def _after_store(self, p: Partition) -> None:
+        """After ``p.head`` moved: take the buffered records that now follow
+        it, and ask for the next window once the current one is done."""
+        pending = p.pending
+        if pending:
+            pending.pop(p.head, None)  # the same record, buffered earlier
+            nxt = p.head + 1
+            while nxt in pending:
+                self._stage(p, nxt, pending.pop(nxt))
+                nxt += 1
+        if p.known_head > p.head and p.head + 1 >= p.fetch_end:
+            self._request(p)
+
+    def _on_head(self, p: Partition, seq: int) -> None:
+        if seq > p.known_head:
+            p.known_head = seq
+        if p.written >= 0:
+            # Re-ACK what is written: an ACK lost to a crash or a late
+            # connection would otherwise never be repeated.
+            self.out.append([p.ack_prefix + min(p.written, seq).to_bytes(8, "big")])
+            self.acks_sent += 1
+        if self.failed is None:
+            self._request(p)
+
+    # -- fetching -----------------------------------------------------------
+
+    def _request(self, p: Partition) -> None:
+        """FETCH from ``head+1`` up to the first buffered record (or
+        ``known_head``), at most ``fetch_chunk`` records, unless a FETCH
+        covering ``head+1`` is in flight and still making progress."""
+        start = p.head + 1
+        if p.known_head < start or self.failed is not None:
+            return
+        if p.fetch_seq <= start < p.fetch_end and self.now - max(p.fetched_at, p.progress_at) < self.fetch_retry:
+            return
+        end = p.known_head
+        if p.pending:
+            end = min(end, min(p.pending) - 1)  # no need to ask for what is buffered
+        count = min(end - p.head, self.fetch_chunk)
+        self.out.append(proto.encode(proto.FetchMsg(p.address, self.address, p.subject, start, count)))
+        self.fetches_sent += 1
+        p.fetch_seq = start
+        p.fetch_end = start + count
+        p.fetched_at = self.now
+
+    def tick(self, now: float) -> None:
+        """Advance time: repeat FETCHes that made no progress; skip to the
+        tail another store reported if nobody had the records before it."""
+        self.now = now
+        failing = self.failed is not None
+        for p in list(self.partitions.values()):
+            if p.head != p.tick_head:
+                p.tick_head = p.head
+                p.progress_at = now
+            if failing:
+                continue
+            if p.known_head > p.head and now - max(p.fetched_at, p.progress_at) >= self.fetch_retry:
+                if p.tail_hint > p.head + 1 and p.fetched_at > p.progress_at:
+                    self._skip_to(p, p.tail_hint)
+                    if p.known_head <= p.head:
+                        continue
+                self._request(p)
+
+    def _skip_to(self, p: Partition, oldest: int) -> None:
+        log.warning(
+            "store writer %s: %s/%s records %d..%d are kept by no peer (deleted by retention); skipping to %d",
+            self.address, p.subject, p.address, p.head + 1, oldest - 1, oldest,
+        )
+        self.skipped += oldest - 1 - p.head
+        for stale in [s for s in p.pending if s < oldest]:
+            del p.pending[stale]
+        p.head = oldest - 1
+        if p.known_head < p.head:
+            p.known_head = p.head
+        self._after_store(p)
+
+    # -- writing ------------------------------------------------------------
+
+    def take_batch(self, unix_ms: int) -> Batch | None:
+        """The open batch (records, then a head and a stamp per partition), or
+        None if nothing was accepted since the last one."""
+        touched = self._touched
+        if not touched:
+            return None
+        batch_keys, values = self._keys, self._values
+        acks = []
+        span = self.stamp_span_ms
+        for p in touched:
+            head8 = p.head.to_bytes(8, "big")
+            batch_keys.append(p.head_key)
+            values.append(head8)
+            if p.stamp_first >= 0 and p.stamp_last + 1 == p.batch_first and unix_ms - p.stamp_start_ms < span:
+                p.stamp_bytes += p.batch_bytes
+            else:
+                p.stamp_first = p.batch_first
+                p.stamp_start_ms = unix_ms
+                p.stamp_bytes = p.batch_bytes
+            p.stamp_last = p.head
+            batch_keys.append(p.stamp_prefix + p.stamp_first.to_bytes(8, "big"))
+            values.append(keys.encode_stamp(p.head, unix_ms, p.stamp_bytes))
+            p.total_bytes += p.batch_bytes
+            acks.append((p, p.head))
+            p.batch_first = -1
+            p.batch_bytes = 0
+        batch = Batch(batch_keys, values, acks, self._staged)
+        self._keys, self._values, self._touched, self._staged = [], [], [], 0
+        return batch
+
+    def batch_written(self, batch: Batch) -> None:
+        """The batch is in the database: ACK each partition's new head."""
+        out = self.out
+        for p, head in batch.acks:
+            if head > p.written:
+                p.written = head
+            out.append([p.ack_prefix + head.to_bytes(8, "big")])
+        self.acks_sent += len(batch.acks)
+        self.records_written += batch.records
+        if self.failed is batch:
+            self.failed = None
+            log.warning("store writer %s: the database accepts writes again; %d records written",
+                        self.address, batch.records)
+
+    def batch_failed(self, batch: Batch) -> None:
+        """The write failed: keep the batch for :meth:`retry_batch`, ACK
+        nothing and accept no new record until it is written."""
+        self.failed = batch
+
+    def retry_batch(self) -> Batch | None:
+        """The batch to write again, if a write failed."""
+        return self.failed

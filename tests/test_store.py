@@ -1,0 +1,515 @@
+"""The store with real sockets on loopback and a real LevelDB in tmp_path."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import plyvel
+import pytest
+import zmq
+
+from conftest import loopback_config, wait_for
+from dafka import Consumer, FlushTimeout, Producer, proto
+from dafka.beacon import Beacon
+from dafka.peer import new_address
+from dafka.store import Store, StoreLocked, keys
+
+PAD = b"." * 92
+
+
+def payload(i: int) -> bytes:
+    """100 bytes, different for every sequence."""
+    return b"%08d" % i + PAD
+
+
+def loopback_overrides(tower, **extra) -> dict:
+    values = {
+        "beacon/address": "127.0.0.1",
+        "beacon/bind_address": "127.0.0.1",
+        "beacon/sub_address": tower.sub_endpoint,
+        "beacon/pub_address": tower.pub_endpoint,
+    }
+    values.update({k.replace("__", "/"): v for k, v in extra.items()})
+    return values
+
+
+@pytest.fixture
+def make_store(tower, tmp_path):
+    stores: list[Store] = []
+
+    def make(db=None, **overrides) -> Store:
+        store = Store(loopback_config(tower, **overrides), db=str(db or tmp_path / "db")).start()
+        stores.append(store)
+        return store
+
+    yield make
+    for store in stores:
+        store.stop()
+
+
+@pytest.fixture
+def make_producer(tower):
+    producers: list[Producer] = []
+
+    def make(topic: str, **overrides) -> Producer:
+        producer = Producer(topic, loopback_config(tower, **overrides))
+        producers.append(producer)
+        return producer
+
+    yield make
+    for producer in producers:
+        try:
+            producer.close(timeout=1)
+        except FlushTimeout:
+            pass
+
+
+@pytest.fixture
+def make_consumer(tower):
+    consumers: list[Consumer] = []
+
+    def make(*topics: str, **overrides) -> Consumer:
+        overrides.setdefault("consumer__offset__reset", "earliest")
+        consumer = Consumer(*topics, config=loopback_config(tower, **overrides))
+        consumers.append(consumer)
+        return consumer
+
+    yield make
+    for consumer in consumers:
+        consumer.close()
+
+
+def linked(producer: Producer, *stores: Store) -> None:
+    """Wait until the producer and the stores' writers have found each other."""
+    wait_for(lambda: producer.stats()["peers"] >= 2 * len(stores)
+             and all(s.stats()["writer_peers"] >= 1 for s in stores), 10, what="discovery")
+
+
+def read_all(consumer: Consumer, count: int, timeout: float = 30.0) -> list:
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        record = consumer.poll(0.5)
+        if record is not None:
+            got.append(record)
+    return got
+
+
+def stored_records(path, subject: str, address: str) -> dict[int, bytes]:
+    db = plyvel.DB(str(path))
+    try:
+        prefix = keys.partition_prefix(keys.RECORD, subject, address)
+        return {keys.seq_of(k[-8:]): v for k, v in db.iterator(prefix=prefix)}
+    finally:
+        db.close()
+
+
+class RawPeer:
+    """A hand-driven peer: an XPUB advertised by its own beacon (so the store's
+    SUBs connect to it and it sees their subscriptions), and a SUB for answers."""
+
+    def __init__(self, tower) -> None:
+        ctx = zmq.Context.instance()
+        self.address = new_address()
+        self.xpub = ctx.socket(zmq.XPUB)
+        self.xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self.xpub.linger = 0
+        port = self.xpub.bind_to_random_port("tcp://127.0.0.1")
+        self.sub = ctx.socket(zmq.SUB)
+        self.sub.linger = 0
+        self.seen: set[bytes] = set()
+        self.beacon = Beacon(ctx, self.address, port, host="127.0.0.1", tower_sub=tower.sub_endpoint,
+                             tower_pub=tower.pub_endpoint, name="rawpeer").start()
+
+    def listen(self, endpoint: str) -> None:
+        for msg_id in (proto.DIRECT_RECORD, proto.DIRECT_HEAD, proto.DIRECT_TAIL, proto.STORE_HELLO):
+            self.sub.setsockopt(zmq.SUBSCRIBE, proto.subscription(msg_id, self.address, exact=True))
+        self.sub.connect(endpoint)
+
+    def wait_subscribed(self, frame: bytes, timeout: float = 10.0) -> None:
+        def seen():
+            while self.xpub.poll(10):
+                self.seen.add(self.xpub.recv())
+            return frame in self.seen
+        wait_for(seen, timeout, what=f"subscription {frame!r}")
+
+    def send(self, frames: list[bytes]) -> None:
+        self.xpub.send_multipart(frames)
+
+    def receive(self, quiet: float = 0.3, limit: float = 20.0) -> list:
+        """Every message until none came for ``quiet`` seconds."""
+        out = []
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline and self.sub.poll(int(quiet * 1000)):
+            out.append(proto.decode(self.sub.recv_multipart()))
+        return out
+
+    def close(self) -> None:
+        self.beacon.stop()
+        self.xpub.close(0)
+        self.sub.close(0)
+
+
+@pytest.fixture
+def raw_peer(tower):
+    peer = RawPeer(tower)
+    yield peer
+    peer.close()
+
+
+# -----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_100k_records_are_stored_and_acked(tower, make_store, make_producer, tmp_path):
+    store = make_store()
+    producer = make_producer("bench")
+    linked(producer, store)
+    n = 100_000
+    started = time.monotonic()
+    for i in range(n):
+        producer.send(payload(i))
+    producer.flush(60)
+    elapsed = time.monotonic() - started
+    stats = producer.stats()
+    assert stats["acked"] == n and stats["buffered"] == 0 and stats["unacked"] == 0
+    print(f"\n100k records of 100 bytes stored and acked in {elapsed:.2f}s: {n / elapsed:,.0f} records/s")
+    assert store.heads() == {("bench", producer.address): n - 1}
+    s = store.stats()
+    assert s["records_written"] == n and s["write_errors"] == 0 and s["malformed"] == 0
+    assert s["acks_sent"] < n / 10  # ACKs go per batch, not per record
+    address = producer.address
+    store.stop()
+    records = stored_records(tmp_path / "db", "bench", address)
+    assert len(records) == n
+    assert all(records[i] == payload(i) for i in range(0, n, 997)) and records[n - 1] == payload(n - 1)
+
+
+def test_consumer_reads_everything_from_the_store_after_the_producer_left(make_store, make_producer, make_consumer):
+    store = make_store()
+    producer = make_producer("news")
+    linked(producer, store)
+    for i in range(2_000):
+        producer.send(payload(i))
+    producer.flush(20)
+    address = producer.address
+    producer.close()
+    consumer = make_consumer("news")
+    got = read_all(consumer, 2_000)
+    assert [(r.partition, r.offset) for r in got] == [(address, i) for i in range(2_000)]
+    assert all(r.value == payload(r.offset) for r in got)
+    assert consumer.poll(0.3) is None  # nothing twice
+    s = store.stats()
+    assert s["hellos_sent"] >= 1 and s["heads_sent"] >= 1 and s["records_served"] >= 2_000
+
+
+def test_heads_are_rebuilt_from_the_database_on_restart(tower, make_store, make_producer, tmp_path):
+    store = make_store()
+    producer = make_producer("again")
+    linked(producer, store)
+    for i in range(500):
+        producer.send(payload(i))
+    producer.flush(20)
+    heads = store.heads()
+    store.stop()
+    store.stop()  # idempotent
+    with Store(loopback_config(tower), db=str(tmp_path / "db")) as restarted:
+        assert restarted.heads() == heads == {("again", producer.address): 499}
+        assert restarted.writer_address != store.writer_address
+        # the restarted store carries on the partition where it was
+        linked(producer, restarted)
+        producer.send(payload(500))
+        producer.flush(20)
+        wait_for(lambda: restarted.heads()[("again", producer.address)] == 500, 10, what="record 500")
+        assert restarted.stats()["records_written"] == 1
+
+
+@pytest.mark.slow
+def test_second_store_catches_up(make_store, make_producer, tmp_path):
+    first = make_store(db=tmp_path / "first")
+    producer = make_producer("shared")
+    linked(producer, first)
+    for i in range(50_000):
+        producer.send(payload(i))
+    producer.flush(60)
+    key = ("shared", producer.address)
+    assert first.heads()[key] == 49_999
+    second = make_store(db=tmp_path / "second")
+    wait_for(lambda: second.heads().get(key) == 49_999, 60, interval=0.05, what="second store catches up")
+    # everything was released by the producer already: it came from the first store's reader
+    assert first.stats()["records_served"] >= 50_000
+    for i in range(50_000, 51_000):
+        producer.send(payload(i))
+    producer.flush(20)
+    wait_for(lambda: first.heads()[key] == second.heads()[key] == 50_999, 20, what="both stores")
+    address = producer.address
+    second.stop()
+    records = stored_records(tmp_path / "second", "shared", address)
+    assert sorted(records) == list(range(51_000))
+    assert all(records[i] == payload(i) for i in range(51_000))
+
+
+STORE_PROCESS = """
+import json, sys
+from dafka.store import Store
+store = Store(json.loads(sys.argv[1]), db=sys.argv[2]).start()
+print("ready", store.writer_address, flush=True)
+store.run_forever()
+print("stopped", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_loses_no_acked_record(tower, processes, make_producer, tmp_path):
+    db = str(tmp_path / "db")
+    overrides = json.dumps(loopback_overrides(tower))
+    proc = processes.python(STORE_PROCESS, overrides, db, text=True)
+    assert proc.stdout.readline().startswith("ready")
+    producer = make_producer("crash")
+    wait_for(lambda: producer.stats()["peers"] >= 2, 10, what="producer finds the store")
+    n = 200_000
+    done = threading.Event()
+
+    def send_all():
+        try:
+            for i in range(n):
+                producer.send(payload(i))
+                if i % 2_000 == 1_999:
+                    time.sleep(0.01)  # pace it so that the kill lands mid-run
+        finally:
+            done.set()
+
+    sender = threading.Thread(target=send_all, name="test-sender")
+    sender.start()
+    try:
+        wait_for(lambda: producer.stats()["acked"] >= 40_000, 60, interval=0.001, what="40k acked")
+        acked_before = producer.stats()["acked"]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        assert acked_before < n, "the store finished before it could be killed"
+        # Every record the producer saw acked is in the database the killed store left.
+        records = stored_records(db, "crash", producer.address)
+        missing = [i for i in range(acked_before) if records.get(i) != payload(i)]
+        assert missing == []
+        # A new store on the same database completes the run.
+        again = processes.python(STORE_PROCESS, overrides, db, text=True)
+        assert again.stdout.readline().startswith("ready")
+        assert done.wait(60)
+        producer.flush(60)
+        assert producer.stats()["acked"] == n
+        again.send_signal(signal.SIGTERM)  # run_forever stops cleanly
+        assert again.wait(10) == 0
+        assert again.stdout.readline().startswith("stopped")
+    finally:
+        sender.join(60)
+    records = stored_records(db, "crash", producer.address)
+    assert len(records) == n and all(records[i] == payload(i) for i in range(0, n, 101))
+
+
+def _prefill_reference_layout(path) -> None:
+    """A database as a reference store leaves it: only 'M' and 'H' keys."""
+    db = plyvel.DB(str(path), create_if_missing=True)
+    with db.write_batch() as wb:
+        for subject, address, seqs in (
+            ("hello", "P" * 32, range(0, 30_000)),
+            ("hello2", "Q" * 32, range(0, 3)),
+            ("hello", "R" * 32, range(10, 20)),  # 0..9 deleted (as retention would)
+        ):
+            for seq in seqs:
+                wb.put(b"M" + subject.encode() + b"\0" + address.encode() + b"\0" + seq.to_bytes(8, "big"),
+                       b"%s-%d" % (address[:1].encode(), seq))
+            wb.put(b"H" + subject.encode() + b"\0" + address.encode() + b"\0", seqs[-1].to_bytes(8, "big"))
+    db.close()
+
+
+def test_reader_serves_a_reference_database_exactly(tower, make_store, raw_peer, tmp_path):
+    _prefill_reference_layout(tmp_path / "db")
+    store = make_store()
+    assert store.heads() == {("hello", "P" * 32): 29_999, ("hello2", "Q" * 32): 2, ("hello", "R" * 32): 19}
+    peer = raw_peer
+    peer.listen(store.reader_endpoint)
+    assert peer.receive(limit=5)[:1] == [proto.StoreHelloMsg(peer.address, store.reader_address)]
+    peer.wait_subscribed(b"\x01F")
+    peer.wait_subscribed(b"\x01G")
+    me = peer.address
+    P, Q, R = "P" * 32, "Q" * 32, "R" * 32
+
+    peer.send(proto.encode(proto.FetchMsg(P, me, "hello", 5, 3)))
+    assert peer.receive() == [proto.DirectRecordMsg(me, P, "hello", s, b"P-%d" % s) for s in (5, 6, 7)]
+
+    peer.send(proto.encode(proto.GetHeadsMsg("hello", me)))
+    assert sorted(peer.receive(), key=repr) == [
+        proto.DirectHeadMsg(me, P, "hello", 29_999), proto.DirectHeadMsg(me, R, "hello", 19),
+    ]  # nothing of "hello2"
+
+    peer.send(proto.encode(proto.ConsumerHelloMsg(store.reader_address, me, ("hello2",))))
+    assert peer.receive() == [proto.DirectHeadMsg(me, Q, "hello2", 2)]
+
+    # Below the oldest record kept: DIRECT-TAIL first, then from the oldest on.
+    peer.send(proto.encode(proto.FetchMsg(R, me, "hello", 5, 3)))
+    assert peer.receive() == [proto.DirectTailMsg(me, R, "hello", 10)] + [
+        proto.DirectRecordMsg(me, R, "hello", s, b"R-%d" % s) for s in (10, 11, 12)
+    ]
+
+    # Past the head, from the store's own writer, for an unknown partition: no answer.
+    peer.send(proto.encode(proto.FetchMsg(P, me, "hello", 30_000, 10)))
+    peer.send(proto.encode(proto.FetchMsg(P, store.writer_address, "hello", 0, 10)))
+    peer.send(proto.encode(proto.FetchMsg("Z" * 32, me, "hello", 0, 10)))
+    assert peer.receive() == []
+
+    # A huge count is streamed in slices and stops at the end of the partition.
+    peer.send(proto.encode(proto.FetchMsg(P, me, "hello", 0, 2**32 - 1)))
+    got = peer.receive(quiet=1.0)
+    assert [m.sequence for m in got] == list(range(30_000))
+    assert got[-1] == proto.DirectRecordMsg(me, P, "hello", 29_999, b"P-29999")
+    assert store.stats()["tails_sent"] == 1
+
+
+def test_a_slow_requester_is_held_back_not_dropped(tower, make_store, raw_peer, tmp_path):
+    """XPUB_NODROP: with tiny high-water marks and a requester that does not
+    read for a while, the answer waits for room instead of losing records."""
+    db = plyvel.DB(str(tmp_path / "db"), create_if_missing=True)
+    big = b"z" * 10_000
+    with db.write_batch() as wb:
+        for seq in range(3_000):  # 30 MB: far more than the socket buffers hold
+            wb.put(keys.record_key("bulk", "P" * 32, seq), big + seq.to_bytes(8, "big"))
+        wb.put(keys.head_key("bulk", "P" * 32), (2_999).to_bytes(8, "big"))
+    db.close()
+    store = make_store(store__high_watermark=10)
+    peer = raw_peer
+    peer.sub.rcvhwm = 10
+    peer.listen(store.reader_endpoint)
+    assert peer.receive(limit=5)[:1] == [proto.StoreHelloMsg(peer.address, store.reader_address)]
+    peer.wait_subscribed(b"\x01F")
+    peer.send(proto.encode(proto.FetchMsg("P" * 32, peer.address, "bulk", 0, 3_000)))
+    time.sleep(1.0)  # not reading: the reader must hold back
+    got = peer.receive(quiet=1.0, limit=30)
+    assert [m.sequence for m in got] == list(range(3_000))
+    assert all(m.content == big + m.sequence.to_bytes(8, "big") for m in got)
+    assert store.stats()["answers_dropped"] == 0
+
+
+def test_write_failure_stops_acks_until_the_database_recovers(make_store, make_producer, make_consumer, monkeypatch):
+    store = make_store()
+    producer = make_producer("disk")
+    linked(producer, store)
+    for i in range(100):
+        producer.send(payload(i))
+    producer.flush(10)
+
+    def disk_full(*args, **kwargs):
+        raise plyvel.IOError(b"IO error: /x/000005.log: No space left on device")
+
+    monkeypatch.setattr(store._writer, "_write_batch", disk_full)
+    for i in range(100, 200):
+        producer.send(payload(i))
+    wait_for(lambda: store.stats()["write_errors"] >= 2, 10, what="a failed write and a failed retry")
+    assert producer.stats()["acked"] == 100  # nothing unwritten is ACKed
+    assert store.heads()[("disk", producer.address)] == 99
+    assert store.stats()["unwritten"] > 0
+
+    # Reads go on meanwhile: 0..99 were released by the producer, only the store has them.
+    consumer = make_consumer("disk")
+    got = read_all(consumer, 100, timeout=15)
+    assert [r.offset for r in got] == list(range(100))
+
+    monkeypatch.undo()  # the disk has room again
+    producer.flush(15)
+    assert producer.stats()["acked"] == 200
+    assert store.heads()[("disk", producer.address)] == 199
+    assert store.stats()["unwritten"] == 0
+
+
+def test_malformed_frames_are_dropped_and_counted(tower, make_store, make_producer, raw_peer):
+    store = make_store()
+    peer = raw_peer
+    peer.wait_subscribed(b"\x01M")  # the writer's SUB
+    peer.wait_subscribed(b"\x01F")  # the reader's SUB
+    writer_junk = [
+        [b"Mjunk"],  # a record needs two frames
+        [b"Mt\0\x02\x01P\x01t" + bytes(8), b"x"],  # version 2
+        [b"H"],
+        [b"D" + store.writer_address.encode() + b"\0\x01\x05", b"x"],  # truncated
+        [b"Mzz", b"a", b"b"],  # three frames
+    ]
+    reader_junk = [
+        [b"Fjunk"],
+        [b"G\0\x01"],
+        [b"W" + store.reader_address.encode() + b"\0\x01\x01A\0\0\0\x09"],
+        proto.encode(proto.FetchMsg("P" * 32, peer.address, "t", 0, 1)) + [b"extra"],
+    ]
+    for frames in writer_junk + reader_junk:
+        peer.send(frames)
+    xsub = zmq.Context.instance().socket(zmq.XSUB)
+    xsub.linger = 0
+    xsub.connect(store.reader_endpoint)
+    try:
+        time.sleep(0.2)
+        xsub.send(b"\x07junk")  # not a subscription: the XPUB hands it up
+        xsub.send(b"")
+        wait_for(lambda: store.stats()["writer_malformed"] >= 5 and store.stats()["reader_malformed"] >= 6,
+                 10, what="malformed counted")
+    finally:
+        xsub.close(0)
+    assert store.stats()["records_written"] == 0
+    producer = make_producer("after")
+    linked(producer, store)
+    for i in range(10):
+        producer.send(payload(i))
+    producer.flush(10)  # still working
+    assert store.heads() == {("after", producer.address): 9}
+
+
+def test_retention_by_bytes_and_a_consumer_resumes_at_the_oldest_kept(make_store, make_producer, make_consumer):
+    store = make_store(store__retention__bytes=100 * 100)  # 100 records of 100 bytes
+    producer = make_producer("short")
+    linked(producer, store)
+    for i in range(300):
+        producer.send(payload(i))
+    producer.flush(10)
+    address = producer.address
+    producer.close()
+    wait_for(lambda: store.stats()["retention_deleted"] == 200, 10, what="retention")
+    consumer = make_consumer("short")
+    got = read_all(consumer, 100, timeout=15)
+    assert [(r.partition, r.offset) for r in got] == [(address, i) for i in range(200, 300)]
+    assert all(r.value == payload(r.offset) for r in got)
+    assert consumer.stats()["skipped"] == 200
+    assert store.stats()["tails_sent"] >= 1
+
+
+def test_retention_by_age_keeps_the_head(make_store, make_producer, tmp_path):
+    store = make_store(store__retention__ms=300)
+    producer = make_producer("old")
+    linked(producer, store)
+    for i in range(50):
+        producer.send(payload(i))
+    producer.flush(10)
+    wait_for(lambda: store.stats()["retention_deleted"] == 49, 10, what="retention")
+    time.sleep(1.2)  # another pass or two: the head record is never deleted
+    assert store.stats()["retention_deleted"] == 49
+    address = producer.address
+    store.stop()
+    assert stored_records(tmp_path / "db", "old", address) == {49: payload(49)}
+
+
+def test_locked_database_gives_a_clear_error(tower, processes, tmp_path):
+    path = str(tmp_path / "db")
+    config = loopback_config(tower)
+    first = Store(config, db=path)
+    try:
+        with pytest.raises(StoreLocked) as err:
+            Store(config, db=path)
+        assert err.value.path == path and path in str(err.value) and "locked" in str(err.value)
+    finally:
+        first.stop()
+    Store(config, db=path).stop()  # free again
+    holder = processes.python("import plyvel, sys, time\ndb = plyvel.DB(sys.argv[1])\nprint('open', flush=True)\n"
+                              "time.sleep(60)", path, text=True)
+    assert holder.stdout.readline().strip() == "open"
+    with pytest.raises(StoreLocked, match="is locked: another store"):
+        Store(config, db=path)
