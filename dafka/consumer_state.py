@@ -25,7 +25,8 @@ FETCH_CHUNK = 100_000  # at most this many records asked for in one FETCH
 
 
 class Partition:
-    __slots__ = ("topic", "address", "next", "head", "pending", "fetch_seq", "fetch_end", "fetched_at")
+    __slots__ = ("topic", "address", "next", "head", "pending", "fetch_seq", "fetch_end", "fetched_at",
+                 "seen_next", "progress_at")
 
     def __init__(self, topic: str, address: str, next_offset: int) -> None:
         self.topic = topic
@@ -35,6 +36,13 @@ class Partition:
         self.pending: dict[int, bytes] = {}  # out-of-order records, bounded
         self.fetch_seq = -1  # sequence the last FETCH started at
         self.fetch_end = -1  # sequence after the last FETCH's range
+        self.fetched_at = float("-inf")
+        self.seen_next = next_offset  # ``next`` at the last tick, to notice progress
+        self.progress_at = float("-inf")
+
+    def forget_fetch(self) -> None:
+        """Make the next :meth:`ConsumerState._request` go out whatever was asked before."""
+        self.fetch_seq = self.fetch_end = -1
         self.fetched_at = float("-inf")
 
 
@@ -104,7 +112,7 @@ class ConsumerState:
             # rather than after fetch_retry.
             for p in self.partitions.values():
                 if p.head >= p.next and (not sub.topic or p.address == sub.topic):
-                    p.fetch_seq = -1
+                    p.forget_fetch()
                     self._request(p)
 
     # -- positions ----------------------------------------------------------
@@ -116,8 +124,7 @@ class ConsumerState:
             return
         p.next = offset
         p.pending.clear()
-        p.fetch_seq = p.fetch_end = -1
-        p.fetched_at = float("-inf")
+        p.forget_fetch()
         self._request(p)
 
     def positions(self) -> dict[tuple[str, str], int]:
@@ -227,10 +234,10 @@ class ConsumerState:
     # -- fetching -----------------------------------------------------------
 
     def _request(self, p: Partition) -> None:
-        """FETCH the gap ``[next, head]`` unless the same request is in flight."""
+        """FETCH the gap ``[next, head]`` unless a request covering ``next`` is in flight."""
         if p.head < p.next:
             return
-        if p.fetch_seq == p.next and self.now - p.fetched_at < self.fetch_retry:
+        if p.fetch_seq <= p.next < p.fetch_end and self.now - p.fetched_at < self.fetch_retry:
             return
         count = min(p.head - p.next + 1, FETCH_CHUNK)
         self.out.append(proto.encode(proto.FetchMsg(p.address, self.address, p.topic, p.next, count)))
@@ -239,9 +246,14 @@ class ConsumerState:
         p.fetched_at = self.now
 
     def tick(self, now: float) -> None:
-        """Advance time; repeat FETCHes that went unanswered."""
+        """Advance time; repeat a FETCH only when its partition has made no
+        progress for ``fetch_retry`` (answers still flowing are not re-asked)."""
         self.now = now
         for p in self.partitions.values():
-            if p.head >= p.next and now - p.fetched_at >= self.fetch_retry:
-                p.fetch_seq = -1
+            if p.next != p.seen_next:
+                p.seen_next = p.next
+                p.progress_at = now
+                continue
+            if p.head >= p.next and now - max(p.fetched_at, p.progress_at) >= self.fetch_retry:
+                p.forget_fetch()
                 self._request(p)

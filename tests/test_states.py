@@ -237,3 +237,29 @@ def test_fetch_is_sent_again_when_the_producer_connects():
     assert (again.sequence, again.count) == (0, 4)
     state.on_subscription(b"\x01F")  # a store reader subscribes to every FETCH
     assert len(fetches(state)) == 1
+
+
+def test_a_head_during_catch_up_does_not_request_the_same_range_again():
+    state = ConsumerState(ME, reset="earliest")
+    state.subscribe("t")
+    state.on_frames(proto.encode(proto.HeadMsg("t", P, "t", 999)))
+    assert len(fetches(state)) == 1
+    for seq in range(10):
+        state.on_record_frames(*record(seq, direct=True))
+    state.on_frames(proto.encode(proto.HeadMsg("t", P, "t", 1500)))
+    assert fetches(state) == []  # [0, 1000) is still being answered
+
+
+def test_retry_waits_while_answers_make_progress():
+    state = ConsumerState(ME, reset="earliest", fetch_retry=1.0)
+    state.subscribe("t")
+    state.tick(0.0)
+    state.on_frames(proto.encode(proto.HeadMsg("t", P, "t", 99)))
+    fetches(state)
+    for step in range(1, 6):  # an answer trickles in every 0.5 s
+        state.on_record_frames(*record(step - 1, direct=True))
+        state.tick(step * 0.5)
+        assert fetches(state) == []
+    state.tick(5.0)  # nothing for 2.5 s
+    [again] = fetches(state)
+    assert again.sequence == 5
