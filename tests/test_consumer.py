@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from conftest import loopback_config
+from helpers import loopback_config
 from dafka import Closed, Consumer, Producer, proto
 from rawpeer import RawPeer
 

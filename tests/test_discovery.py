@@ -7,7 +7,7 @@ import time
 import pytest
 import zmq
 
-from conftest import loopback_config, wait_for
+from helpers import loopback_config, wait_for
 from dafka import proto
 from dafka.beacon import CONNECT, DISCONNECT, Beacon, BeaconState
 from dafka.towerd.tower import Tower, TowerState

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import loopback_config, wait_for
+from helpers import loopback_config, wait_for
 from dafka import Consumer, FlushTimeout, Producer
 from dafka.towerd.tower import Tower
 from lossy_proxy import LossyProxy

@@ -8,7 +8,7 @@ import time
 import msgpack
 import pytest
 
-from conftest import loopback_config, wait_for
+from helpers import loopback_config, wait_for
 from dafka import BufferFull, Closed, FlushTimeout, Producer, RecordTooLarge, proto
 from rawpeer import RawPeer
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import loopback_config
+from helpers import loopback_config
 from dafka import Consumer, FlushTimeout, Producer, proto
 from rawpeer import RawPeer
 

@@ -12,7 +12,7 @@ import plyvel
 import pytest
 import zmq
 
-from conftest import loopback_config, wait_for
+from helpers import loopback_config, wait_for
 from dafka import Consumer, FlushTimeout, Producer, proto
 from dafka.beacon import Beacon
 from dafka.peer import new_address

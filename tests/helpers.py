@@ -1,0 +1,72 @@
+"""Helpers shared by the tests (imported as ``from helpers import ...``; fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dafka.config import Config
+from dafka.towerd.tower import Tower
+
+
+def loopback_config(tower: Tower | None = None, **overrides: object) -> Config:
+    """A config that keeps every socket on 127.0.0.1 (never a fixed port)."""
+    values: dict[str, object] = {
+        "tower/sub_address": "tcp://127.0.0.1:*",
+        "tower/pub_address": "tcp://127.0.0.1:*",
+        "beacon/address": "127.0.0.1",
+        "beacon/bind_address": "127.0.0.1",
+    }
+    if tower is not None:
+        values["beacon/sub_address"] = tower.sub_endpoint
+        values["beacon/pub_address"] = tower.pub_endpoint
+    values.update({k.replace("__", "/"): v for k, v in overrides.items()})
+    return Config.load(overrides=values)
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.01, what: str = "condition"):
+    """Poll ``predicate`` until it returns a truthy value or fail the test."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+
+
+class Processes:
+    """Start real subprocesses and make sure none outlives the test."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, args: list[str], **kwargs) -> subprocess.Popen:
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        proc = subprocess.Popen(args, start_new_session=True, **kwargs)
+        self.procs.append(proc)
+        return proc
+
+    def python(self, code: str, *args: str, **kwargs) -> subprocess.Popen:
+        return self.start([sys.executable, "-c", code, *args], **kwargs)
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+            for stream in (proc.stdout, proc.stderr, proc.stdin):
+                if stream is not None:
+                    stream.close()
