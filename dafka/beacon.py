@@ -20,11 +20,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import zmq
 
 from . import net, proto
+
+if TYPE_CHECKING:
+    from .security import Curve
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +110,10 @@ class Beacon:
         interval_ms: int = 1000,
         timeout_ms: int = 4000,
         name: str = "peer",
+        curve: "Curve | None" = None,
     ) -> None:
         self.sender = sender
+        self._curve = curve
         self.host = host
         self.port = port
         self.name = name
@@ -180,10 +185,13 @@ class Beacon:
         control.connect(self._pipe_name + "-ctl")
         publisher = ctx.socket(zmq.XPUB)
         publisher.linger = 0
-        for endpoint in self._tower_sub:
-            publisher.connect(endpoint)
         subscriber = ctx.socket(zmq.SUB)
         subscriber.linger = 0
+        if self._curve is not None:
+            self._curve.client(publisher)
+            self._curve.client(subscriber)
+        for endpoint in self._tower_sub:
+            publisher.connect(endpoint)
         subscriber.setsockopt(zmq.SUBSCRIBE, proto.BEACON)
         subscriber.setsockopt(zmq.SUBSCRIBE, proto.WELCOME)
         for endpoint in self._tower_pub:

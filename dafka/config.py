@@ -318,6 +318,12 @@ define("store/retention/ms", "int", -1, "age after which records are deleted; -1
        minimum=-1, unit=_MS)
 define("store/retention/bytes", "int", -1, "size per partition above which the oldest records "
        "are deleted; -1 = unlimited", minimum=-1, unit="bytes")
+define("security/curve", "bool", 0, "encrypt and authenticate every socket with CurveZMQ")
+define("security/cluster_key", "str", "",
+       "secret key file (.key_secret) every bound socket of the cluster serves with")
+define("security/peer_key", "str", "", "this peer's own secret key file (.key_secret), its identity")
+define("security/authorized_keys", "str", "",
+       "directory of the public keys (.key) of the peers allowed to connect")
 
 
 def _suggest(path: str) -> str:

@@ -16,12 +16,11 @@ from typing import Any, Callable, Iterable, Iterator
 import zmq
 
 from . import proto
-from .beacon import CONNECT, Beacon
 from .consumer_state import ConsumerState
 from .errors import Closed
 from .loop import Loop
 from .offsets import OffsetJournal
-from .peer import ConfigLike, DataSocket, as_config, new_address
+from .peer import ConfigLike, DataSocket, PeerLinks, as_config, new_address
 from .records import Record
 
 log = logging.getLogger(__name__)
@@ -73,11 +72,11 @@ class Consumer:
         for prefix in self._state.own_subscriptions():
             self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
         self._data = DataSocket(self._ctx, c, self._xpub, self.address, "consumer")
-        self._connected: set[str] = set()
+        self._links = PeerLinks(self._data.secure(self._sub))
         self._loop = Loop()
         self._loop.add_reader(self._sub, self._on_sub)
         self._loop.add_reader(self._xpub, self._on_subscriptions)
-        self._loop.add_reader(self._data.beacon.events, self._on_beacon)
+        self._loop.add_reader(self._data.beacon.events, self._links.on_beacon)
         self._loop.call_every(_TICK, self._tick)
         self._data.beacon.start()
         if topics:
@@ -169,7 +168,7 @@ class Consumer:
             "ready": len(self._state.ready),
             "malformed": self._state.malformed,
             "skipped": self._state.skipped,
-            "peers": len(self._connected),
+            "peers": len(self._links),
         }
 
     def close(self) -> None:
@@ -180,7 +179,7 @@ class Consumer:
             self._commit_last()
             if self._journal is not None:
                 self._journal.close()
-            self._data.beacon.stop()
+            self._data.close()
             self._sub.close(0)
             self._xpub.close(0)
 
@@ -261,16 +260,3 @@ class Consumer:
             except zmq.Again:
                 return
             self._state.on_subscription(frame)
-
-    def _on_beacon(self, pipe: zmq.Socket) -> None:
-        for event in Beacon.read_events(pipe):
-            if event.kind == CONNECT:
-                if event.endpoint not in self._connected:
-                    self._sub.connect(event.endpoint)
-                    self._connected.add(event.endpoint)
-            elif event.endpoint in self._connected:
-                self._connected.discard(event.endpoint)
-                try:
-                    self._sub.disconnect(event.endpoint)
-                except zmq.ZMQError:
-                    pass

@@ -10,8 +10,9 @@ from typing import Mapping, Union
 import zmq
 
 from . import net
-from .beacon import Beacon
+from .beacon import CONNECT, Beacon
 from .config import Config
+from .security import Curve, acquire_authenticator, release_authenticator
 
 ConfigLike = Union[Config, Mapping[str, object], str, os.PathLike, None]
 
@@ -33,9 +34,15 @@ def new_address() -> str:
 
 
 class DataSocket:
-    """A peer's bound data socket and the beacon that advertises it."""
+    """A peer's bound data socket, the beacon that advertises it, and the
+    CURVE settings (``security/*``) of every socket the peer opens."""
 
     def __init__(self, ctx: zmq.Context, config: Config, sock: zmq.Socket, sender: str, name: str) -> None:
+        self.curve = Curve.from_config(config)
+        self._ctx = ctx
+        if self.curve is not None:
+            acquire_authenticator(ctx, self.curve)
+            self.curve.serve(sock)
         self.host = net.advertised_host(config["beacon/address"], config["beacon/sub_address"])
         self.port = net.bind_ephemeral(sock, net.bind_host(config["beacon/bind_address"], self.host))
         self.endpoint = f"tcp://{self.host}:{self.port}"
@@ -49,4 +56,41 @@ class DataSocket:
             interval_ms=config["beacon/interval"],
             timeout_ms=config["beacon/timeout"],
             name=name,
+            curve=self.curve,
         )
+
+    def secure(self, sock: zmq.Socket) -> zmq.Socket:
+        """Prepare a socket that will connect to other peers (CURVE client)."""
+        if self.curve is not None:
+            self.curve.client(sock)
+        return sock
+
+    def close(self) -> None:
+        """Stop the beacon and let go of the authenticator."""
+        self.beacon.stop()
+        release_authenticator(self._ctx, self.curve)
+
+
+class PeerLinks:
+    """Keeps one SUB socket connected to every peer a beacon reports."""
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self.sock = sock
+        self.endpoints: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self.endpoints)
+
+    def on_beacon(self, pipe: zmq.Socket) -> None:
+        """A loop handler for the beacon's event pipe."""
+        for event in Beacon.read_events(pipe):
+            if event.kind == CONNECT:
+                if event.endpoint not in self.endpoints:
+                    self.sock.connect(event.endpoint)
+                    self.endpoints.add(event.endpoint)
+            elif event.endpoint in self.endpoints:
+                self.endpoints.discard(event.endpoint)
+                try:
+                    self.sock.disconnect(event.endpoint)
+                except zmq.ZMQError:
+                    pass  # already gone

@@ -190,7 +190,7 @@ class Producer:
             self._cond.notify_all()
         self._stopping.set()
         self._thread.join(5)
-        self._data.beacon.stop()
+        self._data.close()
         for sock, _ in self._peers.values():
             sock.close(0)
         self._peers.clear()
@@ -294,7 +294,7 @@ class Producer:
             if event.kind == CONNECT:
                 if event.endpoint in self._peers:
                     continue
-                sock = self._ctx.socket(zmq.SUB)
+                sock = self._data.secure(self._ctx.socket(zmq.SUB))
                 sock.linger = 0
                 sock.rcvhwm = self.config["producer/high_watermark"]
                 sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.ACK, self.address, exact=True))

@@ -36,10 +36,10 @@ import plyvel
 import zmq
 
 from dafka import proto
-from dafka.beacon import CONNECT, Beacon
+from dafka.beacon import Beacon
 from dafka.config import Config
 from dafka.loop import Loop
-from dafka.peer import DataSocket
+from dafka.peer import DataSocket, PeerLinks
 
 from . import keys
 
@@ -116,7 +116,7 @@ class Reader:
         self._waker_lock = threading.Lock()
         self._answers: deque[_Answer] = deque()
         self._by_key: dict[tuple[str, str, str], _Answer] = {}
-        self._peers: set[str] = set()
+        self._links = PeerLinks(self._data.secure(self._sub))
         self._stopping = False
         self.error: BaseException | None = None
         # counters
@@ -153,7 +153,7 @@ class Reader:
                 self._waker.send(b"")
             self._thread.join(timeout)
         ended = not self._thread.is_alive()
-        self._data.beacon.stop()
+        self._data.close()
         with self._waker_lock:
             self._waker.close(0)
         if ended and not self._thread.ident:
@@ -167,7 +167,7 @@ class Reader:
         loop = Loop()
         loop.add_reader(self._sub, self._on_sub)
         loop.add_reader(self._xpub, self._on_xpub)
-        loop.add_reader(self._data.beacon.events, self._on_beacon)
+        loop.add_reader(self._data.beacon.events, self._links.on_beacon)
         loop.add_reader(self._wake, self._on_wake)
         try:
             while not self._stopping:
@@ -240,19 +240,6 @@ class Reader:
                     continue
                 if self._send_now(frames):
                     self.hellos_sent += 1
-
-    def _on_beacon(self, pipe: zmq.Socket) -> None:
-        for event in Beacon.read_events(pipe):
-            if event.kind == CONNECT:
-                if event.endpoint not in self._peers:
-                    self._sub.connect(event.endpoint)
-                    self._peers.add(event.endpoint)
-            elif event.endpoint in self._peers:
-                self._peers.discard(event.endpoint)
-                try:
-                    self._sub.disconnect(event.endpoint)
-                except zmq.ZMQError:
-                    pass
 
     # -- answers --------------------------------------------------------------
 
@@ -421,4 +408,4 @@ class Reader:
 
     @property
     def peers(self) -> int:
-        return len(self._peers)
+        return len(self._links)

@@ -20,10 +20,10 @@ import plyvel
 import zmq
 
 from dafka import proto
-from dafka.beacon import CONNECT, Beacon
+from dafka.beacon import Beacon
 from dafka.config import Config
 from dafka.loop import Loop
-from dafka.peer import DataSocket
+from dafka.peer import DataSocket, PeerLinks
 
 from . import keys, retention
 from .writer_state import WriterState
@@ -73,7 +73,7 @@ class Writer:
         self._waker.linger = 0
         self._waker.connect(self._wake_name)
         self._waker_lock = threading.Lock()
-        self._peers: set[str] = set()
+        self._links = PeerLinks(self._data.secure(self._sub))
         self._stopping = False
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"dafka-store-writer-{address[:8]}", daemon=True)
@@ -131,7 +131,7 @@ class Writer:
                 self._waker.send(b"")
             self._thread.join(timeout)
         ended = not self._thread.is_alive()
-        self._data.beacon.stop()
+        self._data.close()
         with self._waker_lock:
             self._waker.close(0)
         if ended and not self._thread.ident:
@@ -145,7 +145,7 @@ class Writer:
     def _run(self) -> None:
         loop = Loop()
         loop.add_reader(self._sub, self._on_sub)
-        loop.add_reader(self._data.beacon.events, self._on_beacon)
+        loop.add_reader(self._data.beacon.events, self._links.on_beacon)
         loop.add_reader(self._wake, self._on_wake)
         loop.call_every(TICK, self._tick)
         loop.call_every(HOUSEKEEPING, self._housekeeping)
@@ -273,21 +273,8 @@ class Writer:
                 cut.deleted, cut.partition.subject, cut.partition.address, cut.new_tail,
             )
 
-    def _on_beacon(self, pipe: zmq.Socket) -> None:
-        for event in Beacon.read_events(pipe):
-            if event.kind == CONNECT:
-                if event.endpoint not in self._peers:
-                    self._sub.connect(event.endpoint)
-                    self._peers.add(event.endpoint)
-            elif event.endpoint in self._peers:
-                self._peers.discard(event.endpoint)
-                try:
-                    self._sub.disconnect(event.endpoint)
-                except zmq.ZMQError:
-                    pass
-
     # -- reporting (any thread) -------------------------------------------------
 
     @property
     def peers(self) -> int:
-        return len(self._peers)
+        return len(self._links)

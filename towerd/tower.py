@@ -24,6 +24,7 @@ import zmq
 
 from dafka import net, proto
 from dafka.config import Config
+from dafka.security import Curve, acquire_authenticator, release_authenticator
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,11 @@ class Tower:
         self._xpub = self._ctx.socket(zmq.XPUB)
         for sock in (self._xsub, self._xpub):
             sock.linger = 0
+        self._curve = Curve.from_config(self.config)
+        if self._curve is not None:
+            acquire_authenticator(self._ctx, self._curve)
+            self._curve.serve(self._xsub)
+            self._curve.serve(self._xpub)
         self._xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
         self._xpub.setsockopt(zmq.XPUB_WELCOME_MSG, proto.WELCOME)
         for address in self._sub_addresses:
@@ -178,6 +184,7 @@ class Tower:
     def _close(self) -> None:
         self._xsub.close(0)
         self._xpub.close(0)
+        release_authenticator(self._ctx, self._curve)
 
 
 def _is_loopback_endpoint(endpoint: str) -> bool:
