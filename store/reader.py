@@ -253,16 +253,23 @@ class Reader:
             return False
 
     def _send_heads(self, requester: str, subject: str) -> None:
+        """DIRECT-HEAD for every partition of exactly ``subject``; the empty
+        subject asks for every partition of every topic (a reference store,
+        matching prefixes, answers it the same way)."""
         raw = keys.to_bytes(subject)
         if not keys.valid_name(raw):
             return
-        prefix = keys.HEAD + raw + b"\0"
+        prefix = keys.HEAD + raw + b"\0" if raw else keys.HEAD
         for key, value in self._db.iterator(prefix=prefix):
-            address = key[len(prefix):-1]
-            if not key.endswith(b"\0") or not keys.valid_name(address) or len(value) != keys.SEQ_BYTES:
+            try:
+                parsed = keys.parse_key(key)
+            except ValueError:
+                continue
+            if len(value) != keys.SEQ_BYTES or (raw and parsed.subject != subject):
                 continue
             try:
-                frames = proto.encode(proto.DirectHeadMsg(requester, keys.to_str(address), subject, keys.seq_of(value)))
+                frames = proto.encode(proto.DirectHeadMsg(requester, parsed.address, parsed.subject,
+                                                          keys.seq_of(value)))
             except ValueError:
                 self.malformed += 1
                 return

@@ -513,3 +513,31 @@ def test_locked_database_gives_a_clear_error(tower, processes, tmp_path):
     assert holder.stdout.readline().strip() == "open"
     with pytest.raises(StoreLocked, match="is locked: another store"):
         Store(config, db=path)
+
+
+def test_get_heads_with_an_empty_subject_lists_every_topic(tower, tmp_path):
+    """`dafka status` asks this way; a reference store (prefix match) answers the same."""
+    from rawpeer import RawPeer
+    store = Store(loopback_config(tower), db=str(tmp_path / "db")).start()
+    me = "7" * 32
+    peer = RawPeer(tower, me, [proto.subscription(proto.DIRECT_HEAD, me)])
+    try:
+        for topic in ("alpha", "beta"):
+            with Producer(topic, loopback_config(tower)) as producer:
+                for _ in range(3):
+                    producer.send(b"x")
+                producer.flush(10)
+        peer.wait_subscribed(b"G")
+        heads = set()
+
+        def ask():
+            peer.send(proto.GetHeadsMsg("", me))
+            try:
+                heads.add((peer.recv(proto.DirectHeadMsg, timeout=0.3).subject))
+            except AssertionError:
+                pass
+            return heads == {"alpha", "beta"}
+        wait_for(ask, 10, what="heads of both topics")
+    finally:
+        peer.close()
+        store.stop()
