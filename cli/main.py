@@ -1,15 +1,50 @@
-"""The umbrella ``dafka`` command."""
+"""The umbrella ``dafka`` command.
+
+``dafka tower``, ``dafka store``, ``dafka produce`` and ``dafka consume`` are
+the same commands as ``dafka_towerd``, ``dafka_stored``,
+``dafka_console_producer`` and ``dafka_console_consumer``; ``dafka status``
+and ``dafka demo`` exist only here.
+"""
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+
 import click
 
+from dafka.towerd.main import main as tower
+
+from .common import CONTEXT_SETTINGS
+from .consumer import main as consume
 from .demo import demo
+from .producer import main as produce
+from .status import status
+from .stored import main as store
+
+try:
+    _VERSION = version("dafka")
+except PackageNotFoundError:  # pragma: no cover - running from a checkout
+    _VERSION = "unknown"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.version_option(_VERSION, "-V", "--version", prog_name="dafka")
 def main() -> None:
-    """dafka: brokerless Kafka-style streaming on ZeroMQ (RFC 46/Dafka)."""
+    """dafka: brokerless Kafka-style streaming on ZeroMQ (RFC 46/Dafka).
+
+    \b
+    Quickstart (each in its own terminal):
+      dafka tower
+      dafka store --db storedb
+      printf 'A first event\\nA second event\\n' | dafka produce hello
+      dafka consume hello --from-beginning
+      dafka status
+    """
 
 
+main.add_command(tower, "tower")
+main.add_command(store, "store")
+main.add_command(produce, "produce")
+main.add_command(consume, "consume")
+main.add_command(status, "status")
 main.add_command(demo)

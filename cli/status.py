@@ -1,0 +1,309 @@
+"""``dafka status``: who is alive, and the heads of every topic and partition.
+
+What ``kafka-topics --describe`` and consumer-lag views give Kafka users, got
+the Dafka way: the tool joins the mesh for a moment as a consumer peer.
+
+1. Its beacon subscribes to the tower, which replays the latest beacon of
+   every live peer (``"B", sender, endpoint``): the list of peers.
+2. It binds an XPUB (the configured bind address; 127.0.0.1 on loopback) and
+   announces it, so every peer connects a SUB to it.  The subscriptions those
+   SUBs make tell each peer's role (a producer subscribes ``K<addr>``, a store
+   reader ``W<addr>`` and ``G``, a store writer ``D<addr>`` ``M`` ``H``, a
+   consumer ``D`` ``E`` ``L`` ``<addr>``).
+3. It connects a SUB to every peer, subscribed ``E<own address>`` (the stores'
+   DIRECT-HEADs), ``L<own address>`` (STORE-HELLO) and ``H[topic]`` (the live
+   producers' HEADs), and sends GET-HEADS with topic ``""`` (all topics: a
+   reference store prefix-matches it, a dafka-py store treats it as all) or
+   the ``--topic``, again for each topic it hears a HEAD of.  It sends it when
+   a store reader subscribes ``G`` and when a STORE-HELLO shows the way back
+   is up.
+4. After ``--wait-ms`` it prints the peers and a table: topic, partition,
+   store head (highest over the stores), the last HEAD of the live producer.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+
+import click
+import zmq
+
+from dafka import proto
+from dafka.beacon import CONNECT, Beacon
+from dafka.peer import DataSocket, new_address
+
+from .common import (
+    CONTEXT_SETTINGS,
+    EXIT_FAILURE,
+    common_options,
+    load_config,
+    say,
+    setup_logging,
+    table,
+)
+
+
+@dataclass
+class Survey:
+    """What the tool learned; filled by :class:`StatusPeer`."""
+
+    address: str
+    topic: str | None
+    peers: dict[str, str] = field(default_factory=dict)  # endpoint -> sender
+    roles: dict[str, set[str]] = field(default_factory=dict)  # address -> roles
+    store_heads: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)  # (topic, partition) -> reader -> seq
+    producer_heads: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def note_role(self, address: str, role: str) -> None:
+        self.roles.setdefault(address, set()).add(role)
+
+    def role(self, address: str) -> str:
+        roles = self.roles.get(address, set())
+        if "store-reader" in roles:
+            return "store-reader"
+        if "producer" in roles:
+            return "producer"
+        if "consumer" in roles:
+            return "consumer"
+        if "direct" in roles:
+            return "store-writer"
+        return "?"
+
+    def wants(self, subject: str) -> bool:
+        return self.topic is None or subject == self.topic
+
+    # -- output -------------------------------------------------------------
+
+    def peer_rows(self) -> list[dict[str, str]]:
+        rows = [{"address": s, "endpoint": e, "role": self.role(s)} for e, s in self.peers.items()]
+        order = {"producer": 0, "consumer": 1, "store-writer": 2, "store-reader": 3, "?": 4}
+        return sorted(rows, key=lambda r: (order[r["role"]], r["address"]))
+
+    def partition_rows(self) -> list[dict]:
+        rows = []
+        for key in sorted(set(self.store_heads) | set(self.producer_heads)):
+            stores = self.store_heads.get(key, {})
+            rows.append({
+                "topic": key[0],
+                "partition": key[1],
+                "store_head": max(stores.values()) if stores else None,
+                "producer_head": self.producer_heads.get(key),
+                "stores": dict(sorted(stores.items())),
+            })
+        return rows
+
+
+class StatusPeer:
+    def __init__(self, config, topic: str | None) -> None:
+        self.config = config
+        self.ctx = zmq.Context()
+        self.address = new_address()
+        self.survey = Survey(self.address, topic)
+        self.xpub = self.ctx.socket(zmq.XPUB)
+        self.xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self.xpub.linger = 0
+        self.data = DataSocket(self.ctx, config, self.xpub, self.address, "status")
+        self.subs: dict[str, zmq.Socket] = {}  # endpoint -> SUB
+        self.poller = zmq.Poller()
+        self.poller.register(self.xpub, zmq.POLLIN)
+        self.poller.register(self.data.beacon.events, zmq.POLLIN)
+        self.asked: set[str] = set()  # topics GET-HEADS was sent for
+
+    @property
+    def connected(self) -> bool:
+        return self.data.beacon.connected
+
+    def start(self) -> None:
+        self.data.beacon.start()
+
+    def close(self) -> None:
+        self.data.beacon.stop()
+        for sock in self.subs.values():
+            sock.close(0)
+        self.xpub.close(0)
+        self.ctx.term()
+
+    def run(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        resent = False
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            if not resent and now >= deadline - seconds / 2:
+                resent = True
+                self.get_heads()  # insurance against a lost first request
+            for sock, _ in self.poller.poll(max(1, int((deadline - now) * 1000))):
+                if sock is self.xpub:
+                    self.on_subscriptions()
+                elif sock is self.data.beacon.events:
+                    self.on_beacon()
+                else:
+                    self.on_peer(sock)
+
+    # -- GET-HEADS ----------------------------------------------------------
+
+    def get_heads(self, topics: list[str] | None = None) -> None:
+        wanted = topics if topics is not None else [self.survey.topic or "", *sorted(self.asked - {""})]
+        for topic in wanted:
+            self.asked.add(topic)
+            self.xpub.send_multipart(proto.encode(proto.GetHeadsMsg(topic, self.address)))
+
+    # -- events -------------------------------------------------------------
+
+    def on_beacon(self) -> None:
+        for event in Beacon.read_events(self.data.beacon.events):
+            if event.kind == CONNECT:
+                self.survey.peers[event.endpoint] = event.sender
+                if event.endpoint in self.subs:
+                    continue
+                sock = self.ctx.socket(zmq.SUB)
+                sock.linger = 0
+                for msg_id in (proto.DIRECT_HEAD, proto.STORE_HELLO):
+                    sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(msg_id, self.address, exact=True))
+                topic = self.survey.topic
+                sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.HEAD, topic or "", exact=topic is not None))
+                sock.connect(event.endpoint)
+                self.subs[event.endpoint] = sock
+                self.poller.register(sock, zmq.POLLIN)
+            else:
+                self.survey.peers.pop(event.endpoint, None)
+                sock = self.subs.pop(event.endpoint, None)
+                if sock is not None:
+                    self.poller.unregister(sock)
+                    sock.close(0)
+
+    def on_subscriptions(self) -> None:
+        ask = False
+        while True:
+            try:
+                frame = self.xpub.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            try:
+                sub = proto.decode_subscription(frame)
+            except proto.MalformedMessage:
+                continue
+            if not sub.subscribe:
+                continue
+            survey, topic = self.survey, sub.topic
+            if sub.msg_id == proto.GET_HEADS:
+                ask = True
+            elif sub.msg_id == proto.CONSUMER_HELLO and topic:
+                survey.note_role(topic, "store-reader")
+            elif sub.msg_id in (proto.ACK, proto.FETCH) and topic:
+                survey.note_role(topic, "producer")
+            elif sub.msg_id in (proto.DIRECT_HEAD, proto.STORE_HELLO) and topic:
+                survey.note_role(topic, "consumer")
+            elif sub.msg_id == proto.DIRECT_RECORD and topic:
+                survey.note_role(topic, "direct")
+        if ask:
+            self.get_heads()
+
+    def on_peer(self, sock: zmq.Socket) -> None:
+        endpoint = next((e for e, s in self.subs.items() if s is sock), None)
+        sender = self.survey.peers.get(endpoint, "?")
+        survey = self.survey
+        new_topics = []
+        hello = False
+        for _ in range(10_000):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            try:
+                msg = proto.decode(frames)
+            except proto.MalformedMessage:
+                continue
+            kind = type(msg)
+            if kind is proto.DirectHeadMsg and msg.topic == self.address and survey.wants(msg.subject):
+                heads = survey.store_heads.setdefault((msg.subject, msg.address), {})
+                heads[sender] = max(heads.get(sender, -1), msg.sequence)
+                survey.note_role(sender, "store-reader")
+            elif kind is proto.HeadMsg and survey.wants(msg.subject):
+                key = (msg.subject, msg.address)
+                survey.producer_heads[key] = max(survey.producer_heads.get(key, -1), msg.sequence)
+                survey.note_role(msg.address, "producer")
+                if msg.subject not in self.asked:
+                    new_topics.append(msg.subject)
+            elif kind is proto.StoreHelloMsg and msg.topic == self.address:
+                survey.note_role(msg.address, "store-reader")
+                hello = True
+        if hello:
+            self.get_heads()
+        elif new_topics:
+            self.get_heads(sorted(set(new_topics)))
+
+
+@click.command("status", context_settings=CONTEXT_SETTINGS)
+@click.option("-t", "--topic", metavar="TOPIC", help="Only this topic (default: every topic).")
+@click.option("--wait-ms", type=click.IntRange(min=1), default=1000, show_default=True, metavar="MS",
+              help="How long to collect answers once the tower answered.")
+@click.option("-J", "--json", "as_json", is_flag=True, help="One JSON document instead of tables.")
+@common_options(
+    pub_help="The tower's XPUB: beacon/pub_address (default tcp://127.0.0.1:5557).",
+    sub_help="The tower's XSUB: beacon/sub_address (default tcp://127.0.0.1:5556).",
+)
+def status(topic: str | None, wait_ms: int, as_json: bool, config_path: str | None, pub: str | None,
+           sub: str | None, sets: list, verbose: bool, tower_timeout_ms: int) -> None:
+    """Show the live peers (from the tower) and, per topic and partition,
+    the stores' head and the last HEAD of the live producer.
+
+    \b
+    Example:
+      dafka status --pub tcp://127.0.0.1:5557 --sub tcp://127.0.0.1:5556
+    """
+    config = load_config(
+        config_path, sets,
+        {"beacon/pub_address": ("--pub", pub), "beacon/sub_address": ("--sub", sub)},
+        verbose_keys=("beacon/verbose",), verbose=verbose,
+    )
+    setup_logging(verbose)
+    tower = config["beacon/pub_address"]
+    peer = StatusPeer(config, topic)
+    try:
+        peer.start()
+        deadline = time.monotonic() + tower_timeout_ms / 1000.0
+        while not peer.connected:
+            if time.monotonic() >= deadline:
+                say(f"no tower answers at {tower} (after {tower_timeout_ms} ms)")
+                sys.exit(EXIT_FAILURE)
+            peer.run(0.02)
+        peer.run(wait_ms / 1000.0)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    finally:
+        peer.close()
+    survey = peer.survey
+    if as_json:
+        click.echo(json.dumps({
+            "tower": tower,
+            "address": survey.address,
+            "peers": survey.peer_rows(),
+            "partitions": survey.partition_rows(),
+        }, indent=2))
+        return
+    peers = survey.peer_rows()
+    click.echo(f"tower {tower}: {len(peers)} live peer{'s' if len(peers) != 1 else ''}")
+    if peers:
+        for line in table(["ROLE", "ADDRESS", "ENDPOINT"], [[p["role"], p["address"], p["endpoint"]] for p in peers]):
+            click.echo("  " + line)
+        if any(p["role"] == "?" for p in peers):
+            click.echo("  (? = did not connect within --wait-ms: probably gone; the tower "
+                       "forgets a peer beacon/timeout after its last beacon)")
+    click.echo()
+    partitions = survey.partition_rows()
+    if not partitions:
+        click.echo("no partitions" + (f" of topic {topic}" if topic else "") + " known to the stores or live producers")
+        return
+
+    def cell(value: int | None) -> str:
+        return "-" if value is None else str(value)
+
+    rows = [[p["topic"], p["partition"], cell(p["store_head"]), cell(p["producer_head"]), str(len(p["stores"]))]
+            for p in partitions]
+    for line in table(["TOPIC", "PARTITION", "STORE HEAD", "PRODUCER HEAD", "STORES"], rows):
+        click.echo(line)
