@@ -2,8 +2,8 @@
 
 ``dafka tower``, ``dafka store``, ``dafka produce`` and ``dafka consume`` are
 the same commands as ``dafka_towerd``, ``dafka_stored``,
-``dafka_console_producer`` and ``dafka_console_consumer``; ``dafka status``
-and ``dafka demo`` exist only here.
+``dafka_console_producer`` and ``dafka_console_consumer``; ``dafka status``,
+``dafka demo`` and ``dafka keygen`` exist only here.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dafka.towerd.main import main as tower
 from .common import CONTEXT_SETTINGS
 from .consumer import main as consume
 from .demo import demo
+from .keygen import keygen
 from .producer import main as produce
 from .status import status
 from .stored import main as store
@@ -48,3 +49,4 @@ main.add_command(produce, "produce")
 main.add_command(consume, "consume")
 main.add_command(status, "status")
 main.add_command(demo)
+main.add_command(keygen)
