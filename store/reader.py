@@ -28,7 +28,6 @@ reference.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import deque
 
@@ -36,12 +35,11 @@ import plyvel
 import zmq
 
 from dafka import proto
-from dafka.beacon import Beacon
 from dafka.config import Config
 from dafka.loop import Loop
-from dafka.peer import DataSocket, PeerLinks
 
 from . import keys
+from .role import RoleThread
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +79,11 @@ class _Answer:
             self.it = None
 
 
-class Reader:
+class Reader(RoleThread):
     def __init__(
         self, ctx: zmq.Context, config: Config, db: plyvel.DB, address: str, writer_address: str,
         name: str = "store-reader",
     ) -> None:
-        self.address = address
         self.writer_address = writer_address
         self._db = db
         hwm = config["store/high_watermark"]
@@ -105,20 +102,9 @@ class Reader:
             proto.subscription(proto.CONSUMER_HELLO, address),
         ):
             self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
-        self._data = DataSocket(ctx, config, self._xpub, address, name)
-        self._wake_name = f"inproc://dafka-store-reader-wake-{id(self):x}"
-        self._wake = ctx.socket(zmq.PAIR)
-        self._wake.linger = 0
-        self._wake.bind(self._wake_name)
-        self._waker = ctx.socket(zmq.PAIR)
-        self._waker.linger = 0
-        self._waker.connect(self._wake_name)
-        self._waker_lock = threading.Lock()
+        super().__init__(ctx, config, self._xpub, self._sub, address, name)
         self._answers: deque[_Answer] = deque()
         self._by_key: dict[tuple[str, str, str], _Answer] = {}
-        self._links = PeerLinks(self._data.secure(self._sub))
-        self._stopping = False
-        self.error: BaseException | None = None
         # counters
         self.malformed = 0
         self.fetches = 0  # FETCHes answered (at least one record or tail)
@@ -127,39 +113,6 @@ class Reader:
         self.heads_sent = 0
         self.hellos_sent = 0
         self.dropped = 0  # answers abandoned or messages not sent for lack of room
-        self._thread = threading.Thread(target=self._run, name=f"dafka-store-reader-{address[:8]}", daemon=True)
-
-    # -- control (any thread) -------------------------------------------------
-
-    @property
-    def endpoint(self) -> str:
-        return self._data.endpoint
-
-    @property
-    def beacon(self) -> Beacon:
-        return self._data.beacon
-
-    def start(self) -> None:
-        self._data.beacon.start()
-        self._thread.start()
-
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def stop(self, timeout: float) -> bool:
-        self._stopping = True
-        if self._thread.is_alive():
-            with self._waker_lock:
-                self._waker.send(b"")
-            self._thread.join(timeout)
-        ended = not self._thread.is_alive()
-        self._data.close()
-        with self._waker_lock:
-            self._waker.close(0)
-        if ended and not self._thread.ident:
-            for sock in (self._sub, self._xpub, self._wake):
-                sock.close(0)
-        return ended
 
     # -- the thread -----------------------------------------------------------
 
@@ -190,13 +143,6 @@ class Reader:
             self._by_key.clear()
             for sock in (self._sub, self._xpub, self._wake):
                 sock.close()
-
-    def _on_wake(self, sock: zmq.Socket) -> None:
-        while True:
-            try:
-                sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
 
     def _on_sub(self, sock: zmq.Socket) -> None:
         for _ in range(DRAIN):
@@ -413,6 +359,3 @@ class Reader:
 
     # -- reporting -------------------------------------------------------------
 
-    @property
-    def peers(self) -> int:
-        return len(self._links)

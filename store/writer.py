@@ -13,19 +13,17 @@ one ACK per partition in it.  The protocol logic is
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 import plyvel
 import zmq
 
 from dafka import proto
-from dafka.beacon import Beacon
 from dafka.config import Config
 from dafka.loop import Loop
-from dafka.peer import DataSocket, PeerLinks
 
 from . import keys, retention
+from .role import RoleThread
 from .writer_state import WriterState
 
 log = logging.getLogger(__name__)
@@ -36,9 +34,8 @@ HOUSEKEEPING = 1.0  # seconds between write retries / retention passes
 FETCH_RETRY = 1.0  # seconds before a FETCH without progress is repeated
 
 
-class Writer:
+class Writer(RoleThread):
     def __init__(self, ctx: zmq.Context, config: Config, db: plyvel.DB, address: str, name: str = "store-writer") -> None:
-        self.address = address
         self._db = db
         self._ctx = ctx
         self._sync = bool(config["store/sync"])
@@ -64,19 +61,7 @@ class Writer:
             proto.subscription(proto.DIRECT_TAIL, address, exact=True),
         ):
             self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
-        self._data = DataSocket(ctx, config, self._pub, address, name)
-        self._wake_name = f"inproc://dafka-store-writer-wake-{id(self):x}"
-        self._wake = ctx.socket(zmq.PAIR)
-        self._wake.linger = 0
-        self._wake.bind(self._wake_name)
-        self._waker = ctx.socket(zmq.PAIR)
-        self._waker.linger = 0
-        self._waker.connect(self._wake_name)
-        self._waker_lock = threading.Lock()
-        self._links = PeerLinks(self._data.secure(self._sub))
-        self._stopping = False
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=f"dafka-store-writer-{address[:8]}", daemon=True)
+        super().__init__(ctx, config, self._pub, self._sub, address, name)
 
     # -- startup ------------------------------------------------------------
 
@@ -106,40 +91,6 @@ class Writer:
         if state.partitions:
             log.info("store: %d partitions in the database", len(state.partitions))
 
-    # -- control (any thread) -------------------------------------------------
-
-    @property
-    def endpoint(self) -> str:
-        return self._data.endpoint
-
-    @property
-    def beacon(self) -> Beacon:
-        return self._data.beacon
-
-    def start(self) -> None:
-        self._data.beacon.start()
-        self._thread.start()
-
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def stop(self, timeout: float) -> bool:
-        """Stop the loop (it writes what it holds first); True if it ended."""
-        self._stopping = True
-        if self._thread.is_alive():
-            with self._waker_lock:
-                self._waker.send(b"")
-            self._thread.join(timeout)
-        ended = not self._thread.is_alive()
-        self._data.close()
-        with self._waker_lock:
-            self._waker.close(0)
-        if ended and not self._thread.ident:
-            # never started: its sockets are still ours to close
-            for sock in (self._sub, self._pub, self._wake):
-                sock.close(0)
-        return ended
-
     # -- the thread -----------------------------------------------------------
 
     def _run(self) -> None:
@@ -162,13 +113,6 @@ class Writer:
         finally:
             for sock in (self._sub, self._pub, self._wake):
                 sock.close()
-
-    def _on_wake(self, sock: zmq.Socket) -> None:
-        while True:
-            try:
-                sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
 
     def _on_sub(self, sock: zmq.Socket) -> None:
         # Frame 1 is received as a zmq.Frame for its ``more`` flag: reading
@@ -275,6 +219,3 @@ class Writer:
 
     # -- reporting (any thread) -------------------------------------------------
 
-    @property
-    def peers(self) -> int:
-        return len(self._links)

@@ -11,7 +11,7 @@ import pytest
 import zmq
 
 from dafka.towerd.tower import Tower
-from helpers import Processes, loopback_config, wait_for  # noqa: F401  (re-exported for older imports)
+from helpers import Processes, loopback_config
 
 logging.getLogger("dafka").setLevel(logging.DEBUG)
 

@@ -54,7 +54,9 @@ class Processes:
         return proc
 
     def python(self, code: str, *args: str, **kwargs) -> subprocess.Popen:
-        return self.start([sys.executable, "-c", code, *args], **kwargs)
+        # -P: never put the current directory first on sys.path, where the
+        # checkout's dafka/ folder would shadow the installed package.
+        return self.start([sys.executable, "-P", "-c", code, *args], **kwargs)
 
     def cleanup(self) -> None:
         for proc in self.procs:

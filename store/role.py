@@ -1,0 +1,80 @@
+"""What the store's writer and reader threads share: a bound data socket with
+its beacon, a SUB socket kept connected to every peer, and a loop thread that
+another thread stops through an inproc wake-up pipe."""
+
+from __future__ import annotations
+
+import threading
+
+import zmq
+
+from dafka.beacon import Beacon
+from dafka.config import Config
+from dafka.peer import DataSocket, PeerLinks
+
+
+class RoleThread:
+    def __init__(self, ctx: zmq.Context, config: Config, data: zmq.Socket, sub: zmq.Socket,
+                 address: str, name: str) -> None:
+        self.address = address
+        self._sub = sub
+        self._data_sock = data
+        self._data = DataSocket(ctx, config, data, address, name)
+        self._links = PeerLinks(self._data.secure(sub))
+        wake_name = f"inproc://dafka-{name}-wake-{id(self):x}"
+        self._wake = ctx.socket(zmq.PAIR)
+        self._wake.linger = 0
+        self._wake.bind(wake_name)
+        self._waker = ctx.socket(zmq.PAIR)
+        self._waker.linger = 0
+        self._waker.connect(wake_name)
+        self._waker_lock = threading.Lock()
+        self._stopping = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"dafka-{name}-{address[:8]}", daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def endpoint(self) -> str:
+        return self._data.endpoint
+
+    @property
+    def beacon(self) -> Beacon:
+        return self._data.beacon
+
+    @property
+    def peers(self) -> int:
+        return len(self._links)
+
+    def start(self) -> None:
+        self._data.beacon.start()
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float) -> bool:
+        """Stop the loop (it finishes what it holds first); True if it ended."""
+        self._stopping = True
+        if self._thread.is_alive():
+            with self._waker_lock:
+                self._waker.send(b"")
+            self._thread.join(timeout)
+        ended = not self._thread.is_alive()
+        self._data.close()
+        with self._waker_lock:
+            self._waker.close(0)
+        if ended and not self._thread.ident:
+            # never started: its sockets are still ours to close
+            for sock in (self._sub, self._data_sock, self._wake):
+                sock.close(0)
+        return ended
+
+    def _on_wake(self, sock: zmq.Socket) -> None:
+        while True:
+            try:
+                sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
