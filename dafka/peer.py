@@ -16,6 +16,11 @@ from .security import Curve, acquire_authenticator, release_authenticator
 
 ConfigLike = Union[Config, Mapping[str, object], str, os.PathLike, None]
 
+# pyzmq's Python-level Socket.send wrapper doubles the cost of a send (it checks
+# for routing ids, groups and zero-copy thresholds dafka never uses): the
+# per-record paths call the Cython method underneath, ``raw_send(sock, data, flags)``.
+raw_send = zmq.backend.Socket.send
+
 
 def as_config(config: ConfigLike) -> Config:
     """A :class:`Config` from a Config, a dict of overrides, a ZPL file path, or None (defaults)."""

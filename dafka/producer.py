@@ -22,17 +22,13 @@ from .beacon import CONNECT, Beacon
 from .errors import BufferFull, Closed, FlushTimeout, RecordTooLarge
 from .loop import Loop
 from .peer import ConfigLike, DataSocket, as_config, new_address
+from .peer import raw_send as _raw_send
 from .producer_state import ProducerState
 from .records import RecordMetadata
 
 log = logging.getLogger(__name__)
 
 _SUBSCRIPTION_POLL = 0.01  # seconds between looks at the data socket's new subscribers
-
-# pyzmq's Python-level Socket.send wrapper doubles the cost of a send (it checks
-# for routing ids, groups and zero-copy thresholds we never use); the record
-# path calls the Cython method underneath.
-_raw_send = zmq.backend.Socket.send
 
 
 class SendHandle:

@@ -37,6 +37,7 @@ import zmq
 from dafka import proto
 from dafka.config import Config
 from dafka.loop import Loop
+from dafka.peer import raw_send
 
 from . import keys
 from .role import RoleThread
@@ -303,13 +304,13 @@ class Reader(RoleThread):
                 return sent, True
         if sent >= budget:
             return sent, False
-        send = self._xpub.send
+        xpub = self._xpub
         send_rest = self._send_rest
         left = answer.left
         for key, value in it:
             frame = out_prefix + key[-8:]
             try:
-                send(frame, _SNDMORE_NOBLOCK)
+                raw_send(xpub, frame, _SNDMORE_NOBLOCK)
             except zmq.Again:
                 answer.carry.append([frame, value])
                 answer.left = left - 1
@@ -353,7 +354,7 @@ class Reader(RoleThread):
         the high-water mark at the start of a message, so this cannot fail
         with EAGAIN; if it ever did, block rather than cut the message."""
         try:
-            self._xpub.send(content, zmq.NOBLOCK)
+            raw_send(self._xpub, content, zmq.NOBLOCK)
         except zmq.Again:
             self._xpub.send(content)
 
