@@ -282,7 +282,7 @@ def test_quickstart_without_a_store(processes):
 
 def test_max_messages_json_and_format(processes):
     cluster = Cluster(processes)
-    producer = cluster.produce("fmt", b"one\ntwo\n\xff\xfe\n", "-X", "producer/close_timeout=8000")
+    cluster.produce("fmt", b"one\ntwo\n\xff\xfe\n", "-X", "producer/close_timeout=8000")
     first = cluster.run(CONSUMER, "fmt", "--from-beginning", "--max-messages", "1")
     as_json = cluster.run(CONSUMER, "--json", "-o", "earliest", "fmt", "-m", "3")
     custom = cluster.run(CONSUMER, "fmt", "--from-beginning", "--max-messages", "3",
@@ -306,8 +306,8 @@ def test_msgpack_round_trip_through_the_umbrella_command(processes):
     cluster = Cluster(processes, command=("dafka", "tower"))
     docs = [{"a": 1, "b": [True, None]}, "text", 3.5]
     lines = b"".join(json.dumps(d).encode() + b"\n" for d in docs) + b"\n"  # a blank line is skipped
-    producer = cluster.produce("mp", lines, "--value-format", "msgpack", "-X", "producer/close_timeout=8000",
-                               command=("dafka", "produce"))
+    cluster.produce("mp", lines, "--value-format", "msgpack", "-X", "producer/close_timeout=8000",
+                    command=("dafka", "produce"))
     decoded = cluster.run("dafka", "consume", "mp", "--from-beginning", "--value-format", "msgpack", "-m", "3")
     as_json = cluster.run("dafka", "consume", "mp", "--from-beginning", "--value-format", "msgpack", "--json",
                           "-m", "3")
