@@ -33,7 +33,7 @@ import zmq
 
 from dafka import proto
 from dafka.beacon import CONNECT, Beacon
-from dafka.peer import DataSocket, new_address
+from dafka.peer import DataSocket, new_address, read_subscriptions
 
 from .common import (
     CONTEXT_SETTINGS,
@@ -178,15 +178,7 @@ class StatusPeer:
 
     def on_subscriptions(self) -> None:
         ask = False
-        while True:
-            try:
-                frame = self.xpub.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            try:
-                sub = proto.decode_subscription(frame)
-            except proto.MalformedMessage:
-                continue
+        for sub in read_subscriptions(self.xpub):
             if not sub.subscribe:
                 continue
             survey, topic = self.survey, sub.topic

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Mapping, Union
+from typing import Iterator, Mapping, Union
 
 import zmq
 
-from . import net
+from . import net, proto
 from .beacon import CONNECT, Beacon
 from .config import Config
 from .security import Curve, acquire_authenticator, release_authenticator
@@ -20,6 +20,19 @@ ConfigLike = Union[Config, Mapping[str, object], str, os.PathLike, None]
 # for routing ids, groups and zero-copy thresholds dafka never uses): the
 # per-record paths call the Cython method underneath, ``raw_send(sock, data, flags)``.
 raw_send = zmq.backend.Socket.send
+
+
+def read_subscriptions(xpub: zmq.Socket) -> Iterator[proto.Subscription]:
+    """Every (un)subscription waiting on an XPUB, decoded; malformed frames are skipped."""
+    while True:
+        try:
+            frame = xpub.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        try:
+            yield proto.decode_subscription(frame)
+        except proto.MalformedMessage:
+            continue
 
 
 def as_config(config: ConfigLike) -> Config:

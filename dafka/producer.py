@@ -21,7 +21,7 @@ from . import proto
 from .beacon import CONNECT, Beacon
 from .errors import BufferFull, Closed, FlushTimeout, RecordTooLarge
 from .loop import Loop
-from .peer import ConfigLike, DataSocket, as_config, new_address
+from .peer import ConfigLike, DataSocket, as_config, new_address, read_subscriptions
 from .peer import raw_send as _raw_send
 from .producer_state import ProducerState
 from .records import RecordMetadata
@@ -272,15 +272,7 @@ class Producer:
     def _poll_subscriptions(self) -> None:
         with self._cond:
             wants_head = False
-            while True:
-                try:
-                    frame = self._pub.recv(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                try:
-                    sub = proto.decode_subscription(frame)
-                except proto.MalformedMessage:
-                    continue
+            for sub in read_subscriptions(self._pub):
                 wants_head = wants_head or self._state.wants_head_for(sub)
             if wants_head:
                 self._pub.send(self._state.head_frame())

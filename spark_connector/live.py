@@ -35,7 +35,7 @@ from zmq.utils.monitor import recv_monitor_message
 from dafka import proto
 from dafka.beacon import CONNECT, Beacon
 from dafka.config import Config
-from dafka.peer import DataSocket, new_address
+from dafka.peer import DataSocket, new_address, read_subscriptions
 
 from .options import DafkaSparkError
 
@@ -173,15 +173,7 @@ class LivePeer:
             elif msg["event"] == zmq.EVENT_CONNECT_RETRIED and endpoint not in self.dead:
                 self.dead.add(endpoint)  # (retries repeat: only the first one is news)
                 self.changed = now
-        while True:
-            try:
-                frame = self.xpub.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            try:
-                sub = proto.decode_subscription(frame)
-            except proto.MalformedMessage:
-                continue
+        for sub in read_subscriptions(self.xpub):
             if not sub.topic:
                 continue
             if sub.subscribe:
