@@ -1,0 +1,151 @@
+"""Discovery outages, a bad link, and stalled peers."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from dafka.towerd.tower import Tower
+from faultcheck import check
+from faultkit import Cluster, LossyLink, acked_keys, free_port
+from helpers import loopback_config, wait_for
+
+pytestmark = pytest.mark.faults
+
+TOPIC = "faults"
+
+
+def test_tower_killed_and_restarted_on_the_same_ports(processes, tmp_path, fault_report):
+    """Scenario 4: the only tower dies for longer than beacon/timeout, so every
+    peer expires every other and disconnects; a new tower on the same ports
+    brings them back together and records keep flowing."""
+    sub, pub = free_port(), free_port()
+    cluster = Cluster(processes, tmp_path / "cluster", f"tcp://127.0.0.1:{sub}", f"tcp://127.0.0.1:{pub}",
+                      **{"beacon/interval": 200, "beacon/timeout": 1000})
+    tower = cluster.tower("t4", sub, pub)
+    store = cluster.store("s4")
+    consumer = cluster.consumer("c4", TOPIC)
+    producer = cluster.producer("p4", TOPIC, rate=2_000, wait_peers=3)
+    producer.wait_stat(lambda s: s.get("acked", 0) >= 2_000, 20, "2000 acked")
+    tower.kill()
+    producer.wait_stat(lambda s: s["peers"] == 0, 10, "peers expire without a tower")
+    store.wait_stat(lambda s: s["writer_peers"] == 0 and s["reader_peers"] == 0, 10, "store peers expire")
+    acked_during = producer.stat("acked")
+    time.sleep(1.0)
+    assert producer.stat("acked") == acked_during  # disconnected: nothing is acked any more
+    tower = cluster.tower("t4", sub, pub)
+    producer.wait_stat(lambda s: s["peers"] >= 3, 15, "peers rediscovered")
+    producer.wait_stat(lambda s: s["acked"] >= acked_during + 4_000 and s["unacked"] < 1_000, 30,
+                       "acks flow again")
+    assert producer.stop() == 0, producer.tail()
+    cluster.wait_delivered("c4", acked_keys(producer), 30)
+    assert consumer.stop() == 0 and store.stop() == 0 and tower.stop() == 0
+    report = check("4 tower kill+restart", [producer.producer_log()], cluster.consumer_runs(), {"s4": store.db},
+                   complete_stores=["s4"])
+    report.extra["acked_when_tower_died"] = acked_during
+    fault_report(report)
+
+
+def test_lossy_duplicating_link_between_two_towers(processes, tower, tmp_path, fault_report):
+    """Scenario 5: producer and store on tower A, consumer on tower B, joined
+    by a link that drops 10% and duplicates 10% of every message, both ways."""
+    rng = random.Random(4646)
+
+    def fault(frames, direction):
+        r = rng.random()
+        return 0 if r < 0.10 else 2 if r < 0.20 else 1
+
+    tower_b = Tower(loopback_config()).start()
+    link = LossyLink((tower.sub_endpoint, tower.pub_endpoint), (tower_b.sub_endpoint, tower_b.pub_endpoint), fault)
+    try:
+        side_a = Cluster(processes, tmp_path / "a", tower.sub_endpoint, tower.pub_endpoint)
+        side_b = Cluster(processes, tmp_path / "b", tower_b.sub_endpoint, tower_b.pub_endpoint)
+        store = side_a.store("s5")
+        consumer = side_b.consumer("c5", TOPIC)
+        wait_for(lambda: len(link.a.peers) >= 2 and len(link.b.peers) >= 1, 10, what="link connected")
+        n = 10_000
+        producer = side_a.producer("p5", TOPIC, count=n, rate=3_000, wait_peers=3)
+        assert producer.wait_exit(60) == 0, producer.tail()
+        side_b.wait_delivered("c5", acked_keys(producer), 60)
+        time.sleep(0.5)  # duplicates still in flight must not be delivered
+        assert consumer.stop() == 0 and store.stop() == 0
+        report = check("5 lossy+dup link 10%", [producer.producer_log()], side_b.consumer_runs(),
+                       {"s5": store.db}, complete_stores=["s5"])
+        report.extra.update(forwarded=link.forwarded, dropped=link.dropped, duplicated=link.duplicated)
+        fault_report(report)
+        # The link really was bad (B>A carries only the consumer's few FETCHes and hellos: not counted).
+        assert link.dropped["A>B"] > 0.05 * n and link.duplicated["A>B"] > 0.05 * n and link.forwarded["B>A"] > 0
+    finally:
+        link.close()
+        tower_b.stop()
+
+
+def test_netem_variant_is_not_available_here():
+    """Scenario 5 over a veth pair in network namespaces with ``tc netem``
+    loss/duplication would test the kernel path too, but this kernel has no
+    netem qdisc; the message-level lossy link above covers the protocol."""
+    reason = "tc netem variant skipped"
+    if shutil.which("ip") and shutil.which("tc"):
+        ns = f"dafka-netem-probe-{random.getrandbits(32):08x}"
+        try:
+            if subprocess.run(["ip", "netns", "add", ns], capture_output=True).returncode == 0:
+                subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], capture_output=True)
+                probe = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root",
+                                        "netem", "loss", "10%"], capture_output=True, text=True)
+                detail = (probe.stderr or probe.stdout).strip() or "netem available"
+                reason = f"{reason}: probe says {detail!r}"
+                if probe.returncode == 0:
+                    reason += " (netem works on this kernel, but the variant is not implemented)"
+        finally:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    else:
+        reason += ": no ip/tc tools"
+    pytest.skip(reason)
+
+
+def test_stopped_store_and_consumer_recover_by_fetch_with_small_high_water_marks(cluster, fault_report):
+    """Scenario 6: SIGSTOP a consumer, then a store, for 3 s each while a
+    producer streams 1 KB records at 5000/s; with */high_watermark = 1000 the
+    queues overflow and drop, and both recover by FETCH, with bounded memory."""
+    hwm = {"producer/high_watermark": 1000, "consumer/high_watermark": 1000, "store/high_watermark": 1000}
+    size = 1000
+    store = cluster.store("s6", **hwm)
+    consumer = cluster.consumer("c6", TOPIC, **hwm)
+    producer = cluster.producer("p6", TOPIC, rate=5_000, size=size, wait_peers=3, **hwm)
+    consumer.wait_stat(lambda s: s.get("delivered", 0) >= 2_000, 20, "2000 delivered")
+    rss_before = consumer.rss_kib()
+
+    served = store.stat("records_served")
+    consumer.send_signal(signal.SIGSTOP)
+    time.sleep(3.0)
+    consumer.send_signal(signal.SIGCONT)
+    stopped_at = producer.stat("sent")
+    wait_for(lambda: len(cluster.delivered("c6")) >= stopped_at, 30, interval=0.1, what="consumer catches up")
+    rss_consumer = consumer.rss_kib()
+    served_for_consumer = store.stat("records_served") - served
+
+    fetches = store.stat("fetches_sent")
+    store.send_signal(signal.SIGSTOP)
+    time.sleep(3.0)
+    unacked_peak = producer.stat("unacked")
+    store.send_signal(signal.SIGCONT)
+    producer.wait_stat(lambda s: s["unacked"] < 2_000, 60, "the store catches up")
+    assert producer.stop() == 0, producer.tail()  # close() got every ACK
+    store_fetches = store.stat("fetches_sent") - fetches
+    cluster.wait_delivered("c6", acked_keys(producer), 30)
+    assert consumer.stop() == 0 and store.stop() == 0
+    report = check("6 SIGSTOP store/consumer, hwm 1000", [producer.producer_log()], cluster.consumer_runs(),
+                   {"s6": store.db}, complete_stores=["s6"], value_size=size)
+    report.extra.update(consumer_rss_kib_before=rss_before, consumer_rss_kib_after=rss_consumer,
+                        store_fetches_after_stop=store_fetches, served_to_consumer=served_for_consumer,
+                        producer_unacked_while_store_stopped=unacked_peak)
+    fault_report(report)
+    assert store_fetches > 0, "the stopped store lost nothing to its high-water mark: the test proves nothing"
+    assert unacked_peak > 5_000
+    assert served_for_consumer > 0, "the stopped consumer lost nothing to its high-water mark"
+    assert rss_consumer - rss_before < 100 * 1024, "the consumer grew instead of fetching"

@@ -1,0 +1,189 @@
+"""Resource limits: floods of FETCH for huge ranges must not make a store or a
+producer use unbounded memory.
+
+The flood: requester addresses nobody subscribes to ("phantoms") and
+requesters that never read their answers (their SUB connects and subscribes
+to its DIRECT-RECORDs, then sleeps) ask again and again (5 rounds in 3 s) for
+``count = 2^32-1`` records of a 200,000-record partition; one requester that
+reads its answer shows that the flood really reaches the peer.  The peer's RSS
+(``/proc/<pid>/status`` VmRSS) is sampled before and during the flood.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import plyvel
+import pytest
+import zmq
+
+from dafka import proto
+from dafka.store import keys
+from faultkit import FuzzPeer, addr
+from helpers import wait_for
+from roles import value_for
+
+pytestmark = pytest.mark.faults
+
+TOPIC = "flood"
+N = 200_000
+SIZE = 100
+MIB = 1024
+
+
+class Flood:
+    """FETCH storms at ``target`` (the endpoint the answers come from)."""
+
+    def __init__(self, peer: FuzzPeer, target: str, partition: str, *, slow: int, reading: int, phantom: int) -> None:
+        ctx = zmq.Context.instance()
+        self.peer = peer
+        self.partition = partition
+        self.slow = [addr() for _ in range(slow)]
+        self.reading = [addr() for _ in range(reading)]
+        self.phantom = [addr() for _ in range(phantom)]
+        self.socks = []
+        for requester in self.slow + self.reading:
+            sock = ctx.socket(zmq.SUB)
+            sock.linger = 0
+            sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.DIRECT_RECORD, requester, exact=True))
+            sock.connect(target)
+            self.socks.append(sock)
+        self.readers = self.socks[slow:]
+        self.received = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._drain, name="flood-reader", daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        poller = zmq.Poller()
+        for sock in self.readers:
+            poller.register(sock, zmq.POLLIN)
+        while not self._stop.is_set():
+            for sock, _ in poller.poll(50):
+                while True:
+                    try:
+                        sock.recv_multipart(zmq.NOBLOCK)
+                        self.received += 1
+                    except zmq.Again:
+                        break
+
+    def fire(self, round_: int) -> int:
+        """FETCH(0, 2^32-1) from every idle and phantom requester, and (first
+        round only) from the reading ones; returns how many were sent."""
+        sent = 0
+        for requester in self.slow + (self.reading if round_ == 0 else []) + self.phantom:
+            self.peer.xpub.send_multipart(
+                proto.encode(proto.FetchMsg(self.partition, requester, TOPIC, 0, proto.MAX_COUNT)))
+            sent += 1
+        return sent
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for sock in self.socks:
+            sock.close(0)
+
+
+def flood_and_measure(role, flood: Flood, seconds: float, rounds: int) -> dict:
+    time.sleep(0.5)  # let the SUBs connect and subscribe
+    baseline = role.rss_kib()
+    peak = baseline
+    fetches = 0
+    started = time.monotonic()
+    next_round = started
+    fired = 0
+    while time.monotonic() - started < seconds:
+        if fired < rounds and time.monotonic() >= next_round:
+            fetches += flood.fire(fired)
+            fired += 1
+            next_round += seconds / rounds / 2
+        peak = max(peak, role.rss_kib())
+        assert role.alive(), role.tail()
+        time.sleep(0.05)
+    return {"baseline_mib": baseline // MIB, "peak_mib": peak // MIB, "growth_mib": (peak - baseline) // MIB,
+            "fetches": fetches, "records_to_readers": flood.received}
+
+
+def prefill(path, address: str) -> None:
+    db = plyvel.DB(str(path), create_if_missing=True)
+    with db.write_batch() as wb:
+        for seq in range(N):
+            wb.put(keys.record_key(TOPIC, address, seq), value_for(address, seq, SIZE))
+        wb.put(keys.head_key(TOPIC, address), (N - 1).to_bytes(8, "big"))
+    db.close()
+
+
+@pytest.fixture
+def flood_peer(tower):
+    peer = FuzzPeer(tower.sub_endpoint, tower.pub_endpoint)
+    yield peer
+    peer.close()
+
+
+def endpoint_of(tower, address: str) -> str:
+    return wait_for(lambda: tower.peers().get(address), 10, what=f"{address} in the tower")
+
+
+BUG_IDLE_REQUESTER = (
+    "PRODUCT BUG (resource bound; store/reader.py Reader._on_fetch/_serve and dafka/producer_state.py "
+    "ProducerState.on_fetch): with the default */high_watermark of 1,000,000 messages, every FETCH is answered "
+    "in full into the requester's pipe, and a requester that subscribes but never reads makes the peer queue "
+    "up to a million messages for it (~75 MiB per 200,000 records of 100 bytes); repeated FETCHes multiply it "
+    "(the producer answers each one again, the store restarts a superseded answer from the start while the old "
+    "one stays queued): a handful of idle requesters grows a store or producer by GiBs"
+)
+
+VARIANTS = [
+    # (name, idle requesters, reading requesters, phantom requesters, */high_watermark override)
+    pytest.param("1000 phantom requesters", 0, 1, 1000, None, id="phantoms"),
+    pytest.param("4 idle + 500 phantom requesters, hwm 10000", 4, 1, 500, 10_000, id="idle-requesters-small-hwm"),
+    pytest.param("4 idle requesters, default hwm", 4, 1, 0, None, id="idle-requesters-default-hwm",
+                 marks=pytest.mark.xfail(strict=True, reason=BUG_IDLE_REQUESTER)),
+]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("name,slow,reading,phantom,hwm", VARIANTS)
+def test_fetch_flood_does_not_grow_a_store_without_bound(cluster, tower, flood_peer, tmp_path, record_property,
+                                                          name, slow, reading, phantom, hwm):
+    partition = addr()
+    db = tmp_path / "flood.db"
+    prefill(db, partition)
+    config = {} if hwm is None else {"store/high_watermark": hwm}
+    store = cluster.store("s", db=db, **config)
+    reader = store.wait_ready()[2]
+    wait_for(lambda: flood_peer.subscribed(b"F"), 10, what="the reader subscribes F")
+    flood = Flood(flood_peer, endpoint_of(tower, reader), partition, slow=slow, reading=reading, phantom=phantom)
+    try:
+        numbers = flood_and_measure(store, flood, seconds=6, rounds=5)
+    finally:
+        flood.close()
+    stats = store.stats()
+    numbers.update(records_served=stats.get("records_served"), answers_dropped=stats.get("answers_dropped"))
+    print(f"store under a FETCH flood ({name}):", numbers)
+    record_property("rss", numbers)
+    assert numbers["records_to_readers"] > 0, "the flood never reached the store"
+    assert store.alive()
+    assert numbers["growth_mib"] < 200, numbers
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("name,slow,reading,phantom,hwm", VARIANTS)
+def test_fetch_flood_does_not_grow_a_producer_without_bound(cluster, tower, flood_peer, record_property,
+                                                             name, slow, reading, phantom, hwm):
+    config = {} if hwm is None else {"producer/high_watermark": hwm}
+    producer = cluster.producer("p", TOPIC, count=N, hold=True, size=SIZE, **config)  # no store: it keeps all N
+    producer.wait_stat(lambda s: s.get("sent", 0) == N, 60, f"{N} sent and held")
+    p = producer.address
+    wait_for(lambda: flood_peer.subscribed(b"F" + p.encode() + b"\0"), 10, what="the producer subscribes F<p>")
+    flood = Flood(flood_peer, endpoint_of(tower, p), p, slow=slow, reading=reading, phantom=phantom)
+    try:
+        numbers = flood_and_measure(producer, flood, seconds=6, rounds=5)
+    finally:
+        flood.close()
+    print(f"producer under a FETCH flood ({name}):", numbers)
+    record_property("rss", numbers)
+    assert numbers["records_to_readers"] > 0, "the flood never reached the producer"
+    assert producer.alive()
+    assert numbers["growth_mib"] < 200, numbers
