@@ -40,6 +40,7 @@ from dafka.loop import Loop
 from dafka.peer import raw_send
 
 from . import keys
+from .database import SharedDB
 from .role import RoleThread
 
 log = logging.getLogger(__name__)
@@ -82,11 +83,12 @@ class _Answer:
 
 class Reader(RoleThread):
     def __init__(
-        self, ctx: zmq.Context, config: Config, db: plyvel.DB, address: str, writer_address: str,
+        self, ctx: zmq.Context, config: Config, db: SharedDB, address: str, writer_address: str,
         name: str = "store-reader",
     ) -> None:
         self.writer_address = writer_address
-        self._db = db
+        self._shared = db
+        self._generation = db.generation
         hwm = config["store/high_watermark"]
         self.verbose = bool(config["store/verbose"])
         self._xpub = ctx.socket(zmq.XPUB)
@@ -133,7 +135,9 @@ class Reader(RoleThread):
                     timeout = _STALL_POLL
                 loop.run_once(timeout)
                 if self._answers and not self._stopping:
-                    self._serve(SLICE)
+                    with self._shared.lock:
+                        if self._db_ready():
+                            self._serve(SLICE)
         except BaseException as exc:  # noqa: BLE001 - logged and reported by Store
             self.error = exc
             log.exception("store reader %s failed", self.address)
@@ -199,7 +203,32 @@ class Reader(RoleThread):
             self.dropped += 1
             return False
 
+    @property
+    def _db(self) -> plyvel.DB:
+        return self._shared.db
+
+    def _db_ready(self) -> bool:
+        """With the handle's lock held: False while the writer has no open
+        handle; after a reopen, drop the answers whose iterators died with the
+        old handle (their requesters FETCH again)."""
+        if self._shared.generation != self._generation:
+            self._generation = self._shared.generation
+            if self._answers:
+                log.warning("store reader %s: database reopened; %d answers in progress dropped",
+                            self.address, len(self._answers))
+            for answer in self._answers:
+                answer.it = None
+                answer.done = True
+            self._answers.clear()
+            self._by_key.clear()
+        return self._shared.db is not None
+
     def _send_heads(self, requester: str, subject: str) -> None:
+        with self._shared.lock:
+            if self._db_ready():
+                self._send_heads_locked(requester, subject)
+
+    def _send_heads_locked(self, requester: str, subject: str) -> None:
         """DIRECT-HEAD for every partition of exactly ``subject``; the empty
         subject asks for every partition of every topic (a reference store,
         matching prefixes, answers it the same way)."""
@@ -233,14 +262,17 @@ class Reader(RoleThread):
         except ValueError:  # a requester address the wire cannot carry back
             self.malformed += 1
             return
-        old = self._by_key.pop(answer.key, None)
-        if old is not None:
-            old.close()  # superseded: the requester has moved on
-        answer.it = self._db.iterator(
-            start=answer.prefix + keys.seq_bytes(msg.sequence), stop=keys.prefix_end(answer.prefix)
-        )
-        self._by_key[answer.key] = answer
-        self._answers.append(answer)
+        with self._shared.lock:
+            if not self._db_ready():
+                return
+            old = self._by_key.pop(answer.key, None)
+            if old is not None:
+                old.close()  # superseded: the requester has moved on
+            answer.it = self._db.iterator(
+                start=answer.prefix + keys.seq_bytes(msg.sequence), stop=keys.prefix_end(answer.prefix)
+            )
+            self._by_key[answer.key] = answer
+            self._answers.append(answer)
 
     def _serve(self, budget: int) -> None:
         """Send up to ``budget`` records, taking the answers in turn."""

@@ -6,7 +6,7 @@
 The writer and the reader each have their own address (a new one on every
 start, like the reference), their own bound socket and their own beacon; each
 runs one loop thread that owns its sockets.  They share the plyvel handle,
-which is thread-safe.
+which is thread-safe (see store/database.py for why it can be reopened).
 """
 
 from __future__ import annotations
@@ -17,39 +17,16 @@ import signal
 import threading
 from typing import Any
 
-import plyvel
 import zmq
 
 from dafka.peer import ConfigLike, as_config, new_address
 
-from .errors import StoreError, StoreLocked
+from .database import SharedDB
+from .errors import StoreError
 from .reader import Reader
 from .writer import Writer
 
 log = logging.getLogger(__name__)
-
-WRITE_BUFFER_BYTES = 32 * 1024 * 1024  # LevelDB memtable size: fewer, larger level-0 files under load
-
-
-def open_db(path: str) -> plyvel.DB:
-    """Open (creating if needed) the LevelDB directory ``path``.
-
-    Raises :class:`StoreLocked` if another opener holds it, :class:`StoreError`
-    for anything else that keeps it from opening."""
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(f"cannot create the store database directory {path!r}: {exc}") from exc
-    try:
-        return plyvel.DB(path, create_if_missing=True, write_buffer_size=WRITE_BUFFER_BYTES)
-    except plyvel.IOError as exc:
-        detail = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-        if "lock" in detail.lower():
-            raise StoreLocked(path, detail) from None
-        raise StoreError(f"cannot open the store database {path!r}: {detail}") from exc
-    except plyvel.Error as exc:
-        raise StoreError(f"cannot open the store database {path!r}: {exc}") from exc
-
 
 class Store:
     """Persist every record of every topic; answer FETCH, GET-HEADS and hellos.
@@ -65,7 +42,7 @@ class Store:
         self._ctx = ctx or zmq.Context.instance()
         self.writer_address = new_address()
         self.reader_address = new_address()
-        self._db = open_db(self.path)
+        self._db = SharedDB(self.path)
         self._started = False
         self._stopped = False
         self._stop_lock = threading.Lock()

@@ -23,6 +23,8 @@ from dafka.config import Config
 from dafka.loop import Loop
 
 from . import keys, retention
+from .database import SharedDB
+from .errors import StoreError
 from .role import RoleThread
 from .writer_state import WriterState
 
@@ -35,8 +37,10 @@ FETCH_RETRY = 1.0  # seconds before a FETCH without progress is repeated
 
 
 class Writer(RoleThread):
-    def __init__(self, ctx: zmq.Context, config: Config, db: plyvel.DB, address: str, name: str = "store-writer") -> None:
-        self._db = db
+    def __init__(self, ctx: zmq.Context, config: Config, db: SharedDB, address: str,
+                 name: str = "store-writer") -> None:
+        self._shared = db
+        self._reopen_needed = False
         self._ctx = ctx
         self._sync = bool(config["store/sync"])
         self.retention_ms = config["store/retention/ms"]
@@ -147,8 +151,8 @@ class Writer(RoleThread):
     def _write(self, batch) -> None:
         state = self.state
         try:
-            self._write_batch(batch.keys, batch.values)
-        except (plyvel.Error, OSError) as exc:
+            self._write_checked(batch.keys, batch.values)
+        except (plyvel.Error, OSError, StoreError) as exc:
             self.write_errors += 1
             self.last_error = str(exc)
             if state.failed is None:
@@ -160,6 +164,23 @@ class Writer(RoleThread):
             state.batch_failed(batch)
         else:
             state.batch_written(batch)
+
+    @property
+    def _db(self) -> plyvel.DB:
+        return self._shared.db
+
+    def _write_checked(self, put_keys: list[bytes], put_values: list[bytes], deletes: list[bytes] = ()) -> None:
+        """Write, reopening the database first if the last write failed (see
+        store/database.py: a handle that saw a failed write loses later ones)."""
+        if self._reopen_needed:
+            self._shared.reopen()
+            self._reopen_needed = False
+            log.warning("store writer %s: database reopened after a write error", self.address)
+        try:
+            self._write_batch(put_keys, put_values, deletes)
+        except BaseException:
+            self._reopen_needed = True
+            raise
 
     def _write_batch(self, put_keys: list[bytes], put_values: list[bytes], deletes: list[bytes] = ()) -> None:
         """The one place that writes to LevelDB (tests replace it to simulate a full disk)."""
@@ -202,8 +223,8 @@ class Writer(RoleThread):
         deletes = [key for cut in cuts for key in cut.deletes]
         puts = [kv for cut in cuts for kv in cut.puts]
         try:
-            self._write_batch([k for k, _ in puts], [v for _, v in puts], deletes)
-        except (plyvel.Error, OSError) as exc:
+            self._write_checked([k for k, _ in puts], [v for _, v in puts], deletes)
+        except (plyvel.Error, OSError, StoreError) as exc:
             self.write_errors += 1
             self.last_error = str(exc)
             log.error("store writer %s: retention could not delete records (%s); will retry", self.address, exc)

@@ -146,18 +146,7 @@ def test_store_with_a_wiped_database_refills_from_the_other_store(cluster, fault
     fault_report(report)
 
 
-LEVELDB_ENOSPC_BUG = (
-    "PRODUCT BUG (store/writer.py Writer._write): after LevelDB fails a write with ENOSPC the writer retries "
-    "and goes on writing through the same handle; LevelDB 1.22's log writer is misaligned by the partial "
-    "append, so every later write returns OK (and is ACKed) but is dropped as 'checksum mismatch' when the "
-    "database is opened again: acked records are lost at the next store restart"
-)
-
-
-@pytest.mark.parametrize("small_disk", [
-    pytest.param("tmpfs", marks=pytest.mark.xfail(strict=True, reason=LEVELDB_ENOSPC_BUG)),
-    "injected",
-], indirect=True)
+@pytest.mark.parametrize("small_disk", ["tmpfs", "injected"], indirect=True)
 def test_store_on_a_full_disk_stops_acking_and_resumes_when_space_returns(cluster, small_disk, fault_report):
     """Scenario 7: the store's database sits on a 4 MiB tmpfs (or, variant
     ``injected``, writes fail through the writer's ``_write_batch`` hook).  When
