@@ -33,7 +33,7 @@ import zmq
 
 from dafka import proto
 from dafka.beacon import CONNECT, Beacon
-from dafka.peer import DataSocket, new_address, read_subscriptions
+from dafka.peer import DataSocket, connect, new_address, read_subscriptions
 
 from .common import (
     CONTEXT_SETTINGS,
@@ -166,7 +166,9 @@ class StatusPeer:
                     sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(msg_id, self.address, exact=True))
                 topic = self.survey.topic
                 sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.HEAD, topic or "", exact=topic is not None))
-                sock.connect(event.endpoint)
+                if not connect(sock, event.endpoint):
+                    sock.close(0)
+                    continue
                 self.subs[event.endpoint] = sock
                 self.poller.register(sock, zmq.POLLIN)
             else:
@@ -179,7 +181,7 @@ class StatusPeer:
     def on_subscriptions(self) -> None:
         ask = False
         for sub in read_subscriptions(self.xpub):
-            if not sub.subscribe:
+            if sub is None or not sub.subscribe:
                 continue
             survey, topic = self.survey, sub.topic
             if sub.msg_id == proto.GET_HEADS:

@@ -222,10 +222,11 @@ class Consumer:
         self._state.tick(time.monotonic())
 
     def _on_sub(self, sock: zmq.Socket) -> None:
-        # Frame 1's id byte says whether a content frame follows.  pyzmq's
-        # ``sock.rcvmore`` costs ~3 us and a Frame per frame ~0.4 us, so only
-        # the content frame is received as a Frame: its ``more`` flag catches
-        # extra frames, and draining them keeps the stream aligned.
+        # Frame 1 comes as a Frame: its ``more`` flag (a C attribute; pyzmq's
+        # ``sock.rcvmore`` costs ~3 us) says whether a content frame follows,
+        # so a malformed one-frame RECORD can neither block us nor pull the
+        # next message's frame in as its content.  Messages are atomic: once
+        # frame 1 says "more", the rest is already there.
         state = self._state
         state.now = time.monotonic()
         recv = sock.recv
@@ -233,17 +234,16 @@ class Consumer:
         two_frames = _TWO_FRAME_IDS
         for _ in range(_BATCH):
             try:
-                frame = recv(zmq.NOBLOCK)
+                first = recv(zmq.NOBLOCK, False)
             except zmq.Again:
                 break
-            if frame[:1] in two_frames:
-                content = recv(0, False)
-                if content.more:
-                    self._drain_malformed([frame, content.bytes])
+            frame = first.bytes
+            if first.more:
+                content = recv()
+                if frame[:1] in two_frames:
+                    on_record(frame, content)  # extra frames, if any, arrive as malformed messages
                 else:
-                    on_record(frame, content.bytes)
-            elif sock.getsockopt(zmq.RCVMORE):
-                self._drain_malformed([frame])
+                    self._drain_malformed([frame, content])
             else:
                 state.on_frames([frame])
 

@@ -173,6 +173,9 @@ class ConsumerState:
             log.debug("consumer %s dropped a malformed message: %s", self.address, exc)
             return
         kind = type(msg)
+        if "\0" in getattr(msg, "address", ""):
+            self.malformed += 1  # no reply could be addressed to it
+            return
         if kind is proto.RecordMsg or kind is proto.DirectRecordMsg:
             if msg.subject not in self.topics or (kind is proto.DirectRecordMsg and msg.topic != self.address):
                 return

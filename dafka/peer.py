@@ -3,6 +3,7 @@ socket on the right interface and starting its beacon."""
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from typing import Iterator, Mapping, Union
@@ -14,6 +15,8 @@ from .beacon import CONNECT, Beacon
 from .config import Config
 from .security import Curve, acquire_authenticator, release_authenticator
 
+log = logging.getLogger(__name__)
+
 ConfigLike = Union[Config, Mapping[str, object], str, os.PathLike, None]
 
 # pyzmq's Python-level Socket.send wrapper doubles the cost of a send (it checks
@@ -22,8 +25,9 @@ ConfigLike = Union[Config, Mapping[str, object], str, os.PathLike, None]
 raw_send = zmq.backend.Socket.send
 
 
-def read_subscriptions(xpub: zmq.Socket) -> Iterator[proto.Subscription]:
-    """Every (un)subscription waiting on an XPUB, decoded; malformed frames are skipped."""
+def read_subscriptions(xpub: zmq.Socket) -> Iterator[proto.Subscription | None]:
+    """Every (un)subscription waiting on an XPUB, decoded; None for a malformed
+    frame, for the caller to count."""
     while True:
         try:
             frame = xpub.recv(zmq.NOBLOCK)
@@ -32,7 +36,18 @@ def read_subscriptions(xpub: zmq.Socket) -> Iterator[proto.Subscription]:
         try:
             yield proto.decode_subscription(frame)
         except proto.MalformedMessage:
-            continue
+            yield None
+
+
+def connect(sock: zmq.Socket, endpoint: str) -> bool:
+    """Connect to a peer's endpoint as relayed by a tower; an endpoint libzmq
+    refuses is logged and skipped, never fatal to the peer."""
+    try:
+        sock.connect(endpoint)
+    except zmq.ZMQError as exc:
+        log.warning("cannot connect to %r relayed by the tower: %s", endpoint, exc)
+        return False
+    return True
 
 
 def as_config(config: ConfigLike) -> Config:
@@ -103,8 +118,7 @@ class PeerLinks:
         """A loop handler for the beacon's event pipe."""
         for event in Beacon.read_events(pipe):
             if event.kind == CONNECT:
-                if event.endpoint not in self.endpoints:
-                    self.sock.connect(event.endpoint)
+                if event.endpoint not in self.endpoints and connect(self.sock, event.endpoint):
                     self.endpoints.add(event.endpoint)
             elif event.endpoint in self.endpoints:
                 self.endpoints.discard(event.endpoint)

@@ -21,7 +21,7 @@ from . import proto
 from .beacon import CONNECT, Beacon
 from .errors import BufferFull, Closed, FlushTimeout, RecordTooLarge
 from .loop import Loop
-from .peer import ConfigLike, DataSocket, as_config, new_address, read_subscriptions
+from .peer import ConfigLike, DataSocket, as_config, connect, new_address, read_subscriptions
 from .peer import raw_send as _raw_send
 from .producer_state import ProducerState
 from .records import RecordMetadata
@@ -273,7 +273,10 @@ class Producer:
         with self._cond:
             wants_head = False
             for sub in read_subscriptions(self._pub):
-                wants_head = wants_head or self._state.wants_head_for(sub)
+                if sub is None:
+                    self._state.malformed += 1
+                else:
+                    wants_head = wants_head or self._state.wants_head_for(sub)
             if wants_head:
                 self._pub.send(self._state.head_frame())
 
@@ -287,7 +290,9 @@ class Producer:
                 sock.rcvhwm = self.config["producer/high_watermark"]
                 sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.ACK, self.address, exact=True))
                 sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.FETCH, self.address, exact=True))
-                sock.connect(event.endpoint)
+                if not connect(sock, event.endpoint):
+                    sock.close(0)
+                    continue
                 self._peers[event.endpoint] = (sock, event.sender)
                 self._loop.add_reader(sock, self._on_peer_message)
             else:

@@ -125,6 +125,9 @@ class ProducerState:
         """Queue DIRECT-RECORD answers for the part of the range we still hold."""
         if msg.topic != self.address or msg.subject != self.topic or msg.count == 0:
             return
+        if "\0" in msg.address:
+            self.malformed += 1  # its answers could not be addressed
+            return
         start = max(msg.sequence, self.base)
         end = min(msg.sequence + msg.count, self.next_seq)
         if start < end:

@@ -19,6 +19,7 @@ and nothing else.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Sequence, Union
 
@@ -529,9 +530,16 @@ def decode_tower_beacon(frames: Sequence[bytes]) -> TowerBeacon:
     frames = [bytes(f) for f in frames]
     if frames[0] != BEACON:
         raise MalformedMessage(f"tower beacon starts with {frames[0]!r}, not 'B'")
-    endpoint = _s(frames[2])
-    if "://" not in endpoint:
-        raise MalformedMessage(f"tower beacon endpoint {endpoint!r} is not a ZeroMQ endpoint")
+    if not _ENDPOINT.fullmatch(frames[2]) or int(frames[2].rsplit(b":", 1)[1]) > 65535:
+        raise MalformedMessage(f"tower beacon endpoint {frames[2]!r} is not a tcp://host:port endpoint")
     if not frames[1]:
         raise MalformedMessage("tower beacon has an empty sender")
-    return TowerBeacon(_s(frames[1]), endpoint)
+    try:
+        sender = frames[1].decode("utf-8")
+    except UnicodeDecodeError:
+        raise MalformedMessage("tower beacon sender is not UTF-8") from None
+    return TowerBeacon(sender, frames[2].decode("ascii"))
+
+
+# What a peer can connect to: tcp://, an IPv4/IPv6/DNS host, a decimal port.
+_ENDPOINT = re.compile(rb"tcp://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.\-]*[A-Za-z0-9])?):[1-9][0-9]{0,4}")

@@ -35,7 +35,7 @@ from zmq.utils.monitor import recv_monitor_message
 from dafka import proto
 from dafka.beacon import CONNECT, Beacon
 from dafka.config import Config
-from dafka.peer import DataSocket, new_address, read_subscriptions
+from dafka.peer import DataSocket, connect, new_address, read_subscriptions
 
 from .options import DafkaSparkError
 
@@ -151,8 +151,8 @@ class LivePeer:
         now = time.monotonic()
         for event in Beacon.read_events(self.beacon.events):
             if event.kind == CONNECT:
-                if event.endpoint not in self.peers:
-                    self.sub.connect(event.endpoint)
+                if event.endpoint not in self.peers and not connect(self.sub, event.endpoint):
+                    continue
                 self.peers[event.endpoint] = event.sender
             elif self.peers.pop(event.endpoint, None) is not None:
                 self.dead.discard(event.endpoint)
@@ -174,7 +174,7 @@ class LivePeer:
                 self.dead.add(endpoint)  # (retries repeat: only the first one is news)
                 self.changed = now
         for sub in read_subscriptions(self.xpub):
-            if not sub.topic:
+            if sub is None or not sub.topic:
                 continue
             if sub.subscribe:
                 self.subscribers.add(sub.topic)

@@ -182,3 +182,16 @@ def test_peer_without_beacon_address_advertises_its_route_to_a_loopback_tower(to
         assert producer.endpoint.startswith("tcp://127.0.0.1:")
         wait_for(lambda: producer.address in tower.peers(), 5, what="tower learns the producer")
         assert tower.peers()[producer.address] == producer.endpoint
+
+
+@pytest.mark.parametrize("frames", [
+    [b"B", b"P", b"tcp://bad host:1"],  # libzmq would refuse to connect
+    [b"B", b"P", b"tcp://h:70000"],
+    [b"B", b"P", b"ipc:///tmp/x"],
+    [b"B", b"\xff\xfe", b"tcp://127.0.0.1:2"],  # sender not UTF-8
+    [b"B", b"P", b"tcp://h\xff:2"],
+])
+def test_beacon_state_drops_endpoints_a_peer_could_not_use(frames):
+    state = BeaconState("ME", 1.0, 4.0)
+    events, urgent = state.on_frames(frames, 0.0)
+    assert events == [] and not urgent and state.malformed == 1

@@ -209,12 +209,19 @@ def test_beacon_round_trip(beacon):
     assert proto.decode_beacon(proto.encode_beacon(beacon)) == beacon
 
 
+_hosts = st.one_of(
+    st.ip_addresses(v=4).map(str),
+    st.ip_addresses(v=6).map(lambda a: f"[{a}]"),
+    st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9.\-]{0,30}[A-Za-z0-9])?", fullmatch=True),
+)
+
+
 @ROUND_TRIP
 @given(
     st.builds(
         TowerBeacon,
-        strings.filter(bool),
-        st.builds(lambda host, port: f"tcp://{host}:{port}", strings, st.integers(1, 65535)),
+        st.text(min_size=1, max_size=64),  # a sender is UTF-8 text
+        st.builds(lambda host, port: f"tcp://{host}:{port}", _hosts, st.integers(1, 65535)),
     )
 )
 def test_tower_beacon_round_trip(beacon):

@@ -52,7 +52,7 @@ with atheris.instrument_imports():
     from dafka.store import keys
     from dafka.store.writer_state import WriterState
 
-KNOWN_BUGS = os.environ.get("DAFKA_FUZZ_KNOWN_BUGS", "0") == "1"
+KNOWN_BUGS = os.environ.get("DAFKA_FUZZ_KNOWN_BUGS", "1") == "1"
 
 ME = "C0FFEE00C0FFEE00C0FFEE00C0FFEE00"
 WRITER = "5E1F0000000000000000000000000001"

@@ -18,11 +18,10 @@ Afterwards every peer must still be alive, must have counted what it dropped
 (``stats()['malformed']``), a valid record must still go end to end, and the
 store's LevelDB must open with every key decoding with ``store/keys.py``.
 
-Some input classes are known to break peers (product bugs); the broad run
-leaves them out (``known_bug``, ``sanitize_beacon``) and each has its own
-strict-xfail test at the end of this file.  Once they are fixed, run with
-``DAFKA_FUZZ_KNOWN_BUGS=1`` to fuzz those classes too.  ``DAFKA_FUZZ_SECONDS``
-sets the budget (default 20).
+Input classes that once broke peers (one-frame records, NUL in addresses,
+unusable or non-UTF-8 beacon endpoints) each have a regression test at the
+end of this file and are part of the broad run; ``DAFKA_FUZZ_KNOWN_BUGS=0``
+leaves them out.  ``DAFKA_FUZZ_SECONDS`` sets the budget (default 20).
 """
 
 from __future__ import annotations
@@ -45,9 +44,8 @@ pytestmark = pytest.mark.faults
 TOPIC = "fz"
 FUZZ_SECONDS = float(os.environ.get("DAFKA_FUZZ_SECONDS", "20"))
 FUZZ_SEED = int(os.environ.get("DAFKA_FUZZ_SEED", "46"))
-# Set to 1 once the bugs of the xfail tests below are fixed: the broad run then
-# also sends the input classes that trigger them.
-FUZZ_KNOWN_BUGS = os.environ.get("DAFKA_FUZZ_KNOWN_BUGS", "0") == "1"
+# The input classes of the fixed bugs below are fuzzed too unless this is 0.
+FUZZ_KNOWN_BUGS = os.environ.get("DAFKA_FUZZ_KNOWN_BUGS", "1") == "1"
 MAX_SEQ = 2**64 - 1
 MAX_COUNT = 2**32 - 1
 
@@ -188,7 +186,7 @@ def sanitize_beacon(frames: list[bytes], safe_port: int) -> list[bytes]:
     """A beacon the tower would accept and relay is pointed at a closed
     loopback port with a hex sender: a relayed beacon whose host is not a
     valid ZeroMQ host, or whose sender or host is not UTF-8, crashes peers
-    (see the xfail tests), and one that names a real peer's endpoint would
+    (before the fixes tested at the end of this file), and one that names a real peer's endpoint would
     re-route it (forged beacons are an accepted risk, RFC 46 section 11)."""
     try:
         beacon = proto.decode_beacon(frames)
@@ -212,7 +210,7 @@ def fuzz_cases(fuzz: FuzzPeer, eps: dict, addresses: dict, safe_port: int) -> st
 
 
 def known_bug(frames: list[bytes], consumer: str) -> str | None:
-    """Which known product bug (each has a strict-xfail test below) these
+    """Which known product bug (each has a regression test below) these
     frames would trigger, if any; the broad run leaves them out (unless
     ``$DAFKA_FUZZ_KNOWN_BUGS=1``)."""
     if FUZZ_KNOWN_BUGS:
@@ -313,8 +311,7 @@ def test_fuzz_every_socket_of_every_peer(fuzz_cluster, fault_report):
 
 
 # -----------------------------------------------------------------------------
-# Product bugs the fuzzer found.  Each test states the correct behaviour and is
-# a strict xfail until the bug is fixed (then it passes, and the marker must go).
+# Product bugs the fuzzer found, now fixed: each test states the correct behaviour.
 
 
 @pytest.fixture
@@ -338,15 +335,13 @@ def inject_beacon(tower_sub: str, frames: list[bytes]) -> None:
         pub.close()
 
 
-BUG_ONE_FRAME_RECORD = (
-    "PRODUCT BUG (dafka/consumer.py Consumer._on_sub, `content = recv(0, False)`): after a frame 1 whose id "
-    "is M or D the consumer does a *blocking* recv for the content frame without checking RCVMORE; a one-frame "
-    "message 'M<topic>\\0...' (or 'D<consumer>\\0...') blocks poll(timeout) until some other message arrives "
-    "(forever if none does) and then takes that message's frame 1 as the content, losing it"
-)
+# Regression test, fixed bug (dafka/consumer.py Consumer._on_sub, `content = recv(0, False)`): after a
+# frame 1 whose id is M or D the consumer does a *blocking* recv for the content frame without
+# checking RCVMORE; a one-frame message 'M<topic>\0...' (or 'D<consumer>\0...') blocks poll(timeout)
+# until some other message arrives (forever if none does) and then takes that message's frame 1 as the
+# content, losing it
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_ONE_FRAME_RECORD)
 def test_consumer_poll_keeps_its_timeout_after_a_one_frame_record(cluster, raw_peer):
     consumer = cluster.consumer("c", TOPIC)
     wait_for(lambda: raw_peer.subscribed(b"M" + TOPIC.encode() + b"\0"), 10, what="consumer subscribes")
@@ -359,15 +354,12 @@ def test_consumer_poll_keeps_its_timeout_after_a_one_frame_record(cluster, raw_p
     assert consumer.stat("time") > before + 1.0, "poll(0.2) has not returned for 1.5 s"
 
 
-BUG_NUL_IN_ADDRESS_CONSUMER = (
-    "PRODUCT BUG (dafka/consumer_state.py ConsumerState._hello and _request): an address field with a NUL "
-    "(STORE-HELLO's reader address, or a RECORD/HEAD/DIRECT-HEAD producer address) is used as the topic of "
-    "the CONSUMER-HELLO/FETCH it answers with; proto.encode refuses a NUL in a topic with ValueError, which "
-    "escapes from Consumer.poll() and kills the application"
-)
+# Regression test, fixed bug (dafka/consumer_state.py ConsumerState._hello and _request): an address
+# field with a NUL (STORE-HELLO's reader address, or a RECORD/HEAD/DIRECT-HEAD producer address) is
+# used as the topic of the CONSUMER-HELLO/FETCH it answers with; proto.encode refuses a NUL in a topic
+# with ValueError, which escapes from Consumer.poll() and kills the application
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_NUL_IN_ADDRESS_CONSUMER)
 @pytest.mark.parametrize("kind", ["store-hello", "head"])
 def test_consumer_survives_a_nul_in_an_address_field(cluster, raw_peer, kind):
     consumer = cluster.consumer("c", TOPIC)
@@ -380,15 +372,13 @@ def test_consumer_survives_a_nul_in_an_address_field(cluster, raw_peer, kind):
     assert consumer.alive(), consumer.tail()
 
 
-BUG_NUL_IN_REQUESTER = (
-    "PRODUCT BUG (dafka/producer_state.py ProducerState.fetch_answers -> proto.record_prefix): a FETCH whose "
-    "requester address holds a NUL is queued, and encoding the DIRECT-RECORD answer (topic = requester) raises "
-    "ValueError in the producer's loop thread, which dies: no more ACKs, HEADs or FETCH answers, flush/close "
-    "time out (on_fetch should drop and count such a FETCH)"
-)
+# Regression test, fixed bug (dafka/producer_state.py ProducerState.fetch_answers ->
+# proto.record_prefix): a FETCH whose requester address holds a NUL is queued, and encoding the
+# DIRECT-RECORD answer (topic = requester) raises ValueError in the producer's loop thread, which
+# dies: no more ACKs, HEADs or FETCH answers, flush/close time out (on_fetch should drop and count
+# such a FETCH)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_NUL_IN_REQUESTER)
 def test_producer_survives_a_fetch_from_a_requester_address_with_a_nul(cluster, raw_peer, fault_report):
     producer = cluster.producer("p", TOPIC, count=50, hold=True, producer__min_acks=0)
     p = producer.address
@@ -400,23 +390,20 @@ def test_producer_survives_a_fetch_from_a_requester_address_with_a_nul(cluster, 
     cluster.wait_delivered("late", {(p, i) for i in range(50)}, 8)
 
 
-BUG_BEACON_HOST = (
-    "PRODUCT BUG (dafka/peer.py PeerLinks.on_beacon, dafka/producer.py Producer._on_beacon): the tower relays "
-    "any decodable beacon as 'tcp://<host>:<port>' and every peer passes that endpoint to zmq connect(); a "
-    "host libzmq rejects (e.g. 'bad host') raises ZMQError(EINVAL), which kills the producer's loop thread, "
-    "the store's writer and reader threads (the store exits) and escapes from Consumer.poll(); peers should "
-    "drop and count such an endpoint (and the tower could refuse hosts that are not hostnames/IPs)"
-)
-BUG_BEACON_UTF8 = (
-    "PRODUCT BUG (dafka/beacon.py Beacon._emit, `event.endpoint.encode()` / `event.sender.encode()`): a relayed "
-    "beacon whose sender or host is not UTF-8 decodes with surrogateescape, and the strict encode() raises "
-    "UnicodeEncodeError in every peer's beacon thread, which dies: no peer discovers or expires anything "
-    "afterwards (refuse such beacons as malformed in BeaconState.on_frames / proto.decode_tower_beacon; "
-    "pyzmq's connect() would raise UnicodeEncodeError on such an endpoint too)"
-)
+# Regression test, fixed bug (dafka/peer.py PeerLinks.on_beacon, dafka/producer.py
+# Producer._on_beacon): the tower relays any decodable beacon as 'tcp://<host>:<port>' and every peer
+# passes that endpoint to zmq connect(); a host libzmq rejects (e.g. 'bad host') raises
+# ZMQError(EINVAL), which kills the producer's loop thread, the store's writer and reader threads (the
+# store exits) and escapes from Consumer.poll(); peers should drop and count such an endpoint (and the
+# tower could refuse hosts that are not hostnames/IPs)
+# Regression test, fixed bug (dafka/beacon.py Beacon._emit, `event.endpoint.encode()` /
+# `event.sender.encode()`): a relayed beacon whose sender or host is not UTF-8 decodes with
+# surrogateescape, and the strict encode() raises UnicodeEncodeError in every peer's beacon thread,
+# which dies: no peer discovers or expires anything afterwards (refuse such beacons as malformed in
+# BeaconState.on_frames / proto.decode_tower_beacon; pyzmq's connect() would raise UnicodeEncodeError
+# on such an endpoint too)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_BEACON_HOST)
 def test_peers_survive_a_relayed_beacon_with_a_host_libzmq_rejects(cluster, tower, fault_report):
     store = cluster.store("s")
     consumer = cluster.consumer("c", TOPIC)
@@ -430,7 +417,6 @@ def test_peers_survive_a_relayed_beacon_with_a_host_libzmq_rejects(cluster, towe
     assert not dead and producer.stat("acked") > acked, (dead, cluster.tails())
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_BEACON_UTF8)
 def test_peers_survive_a_relayed_beacon_that_is_not_utf8(cluster, tower):
     cluster.consumer("c", TOPIC)
     inject_beacon(tower.sub_endpoint, [b"B", b"BAD" + b"0" * 29, b"\xff", b"1234"])
@@ -439,15 +425,12 @@ def test_peers_survive_a_relayed_beacon_that_is_not_utf8(cluster, tower):
     cluster.wait_delivered("c", {(producer.address, i) for i in range(100)}, 8)
 
 
-BUG_PRODUCER_SUBSCRIPTIONS = (
-    "PRODUCT BUG (minor; dafka/peer.py read_subscriptions, `except proto.MalformedMessage: continue`, used by "
-    "Producer._poll_subscriptions): a malformed frame on the producer's XPUB is dropped but not counted in "
-    "stats()['malformed'] (the consumer and the store reader count theirs; RFC 46 section 10.2: dropped *and "
-    "counted*)"
-)
+# Regression test, fixed bug (minor; dafka/peer.py read_subscriptions, `except proto.MalformedMessage:
+# continue`, used by Producer._poll_subscriptions): a malformed frame on the producer's XPUB is
+# dropped but not counted in stats()['malformed'] (the consumer and the store reader count theirs; RFC
+# 46 section 10.2: dropped *and counted*)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_PRODUCER_SUBSCRIPTIONS)
 def test_producer_counts_malformed_subscription_frames(cluster, tower):
     producer = cluster.producer("p", TOPIC, hold=True, producer__min_acks=0)
     endpoint = wait_for(lambda: tower.peers().get(producer.address), 10, what="the producer's endpoint")
