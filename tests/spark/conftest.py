@@ -26,6 +26,10 @@ TOPIC = "readings"
 def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # PySpark starts its workers with ``python -m``, which puts the working
+    # directory first on sys.path: from the checkout's root, its dafka/ folder
+    # would shadow the installed package (where dafka.spark lives).
+    os.environ["PYTHONSAFEPATH"] = "1"
     from pyspark.sql import SparkSession
 
     from dafka.spark import register
