@@ -35,6 +35,12 @@ TOPIC = "bench"
 
 
 def peak_rss_mib() -> float:
+    """Peak RSS of this process image (VmHWM).  ``ru_maxrss`` would not do: on
+    Linux it survives execve and starts at the parent's size at fork."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
@@ -355,6 +361,76 @@ def scenario_store(records: int, size: int, with_consumer: bool) -> dict:
         shutil.rmtree(db, ignore_errors=True)
 
 
+def scenario_catchup_and_spark(records: int, size: int, spark: bool) -> dict:
+    """Store ``records`` records, then read them all back: with a new consumer
+    (earliest) and, if PySpark is installed, with Spark via tower and via path."""
+    c = Cluster()
+    db = tempfile.mkdtemp(prefix="dafka-bench-")
+    out: dict = {"records": records}
+    try:
+        store = c.spawn("store", "--db", db, stdin=True)
+        store.stdout.readline()
+        time.sleep(1.0)
+        p = result_of(c.spawn("producer", "--records", str(records), "--size", str(size), "--min-acks", "1"))
+        out["ack_rate"] = records / p["ack_seconds"]
+        r = result_of(c.spawn("consumer", "--records", str(records), "--size", str(size), "--reset", "earliest"))
+        out["catchup_rate"] = r["received"] / r["seconds"] if r["received"] else 0.0
+        out["catchup_received"] = r["received"]
+        out["rss_mib"] = {"producer": p["rss_mib"], "consumer": r["rss_mib"]}
+        if spark:
+            session = spark_session()
+            tower = {"tower": c.tower.pub_endpoint, "towerSub": c.tower.sub_endpoint,
+                     "dafka.beacon/address": "127.0.0.1"}
+            out["spark_tower_rate"] = spark_rate(session, records, **tower)
+        store.stdin.write("stop\n")
+        store.stdin.flush()
+        out["rss_mib"]["store"] = result_of(store)["rss_mib"]
+        if spark:
+            out["spark_path_rate"] = spark_rate(session, records, path=db)
+            session.stop()
+        return out
+    finally:
+        c.close()
+        shutil.rmtree(db, ignore_errors=True)
+
+
+def spark_available() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None:
+        return False
+    return shutil.which("java") is not None or bool(os.environ.get("JAVA_HOME"))
+
+
+def spark_session():
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PYTHONSAFEPATH"] = "1"
+    from pyspark.sql import SparkSession
+
+    from dafka.spark import register
+
+    session = (SparkSession.builder.master("local[2]").appName("dafka-bench")
+               .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    return session
+
+
+def spark_rate(session, records: int, **options: str) -> float:
+    """Rows/s of a query that reads every row's value, after a warm-up query."""
+    reader = session.read.format("dafka").option("topic", TOPIC)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    reader.load().limit(10).collect()  # warm-up: the first Python query pays for worker start
+    started = time.perf_counter()
+    total = reader.load().selectExpr("count(*) AS n", "sum(length(value)) AS bytes").collect()[0]
+    elapsed = time.perf_counter() - started
+    if total["n"] != records:
+        raise RuntimeError(f"Spark read {total['n']} rows, expected {records}")
+    return records / elapsed
+
+
 # ---------------------------------------------------------------------------
 
 
@@ -395,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                                  "pyzmq": zmq.__version__, "libzmq": zmq.zmq_version()},
                      "records": a.records, "runs": {}}
-    for size in [int(s) for s in a.sizes.split(",")]:
+    sizes = [int(s) for s in a.sizes.split(",")]
+    for size in sizes:
         run: dict = {}
         run["ceiling"] = ceiling(a.records, size)
         run["direct"] = scenario_direct(a.records, size)
@@ -405,6 +482,10 @@ def main(argv: list[str] | None = None) -> int:
             run["store_consumer"] = scenario_store(a.records, size, with_consumer=True)
         results["runs"][size] = run
         print_table(size, run)
+    if "store" not in skip and store_available():
+        spark = "spark" not in skip and spark_available()
+        results["catchup"] = scenario_catchup_and_spark(a.catchup_records, 100, spark)
+        print_catchup(results["catchup"], results["runs"][sizes[0]]["ceiling"]["rate"])
     results["first_record_live"] = scenario_first_record_live()
     print(f"consumer start to first record, live producer: {results['first_record_live']['first_record_ms']:.1f} ms")
     if "hold" not in skip:
@@ -414,6 +495,17 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=2))
     return 0
+
+
+def print_catchup(c: dict, ceiling_rate: float) -> None:
+    print(f"\n== {c['records']:,} stored 100-byte records ==")
+    print(f"{'producer -> store, acked':<38} {fmt_rate(c['ack_rate'], ceiling_rate)}")
+    print(f"{'consumer catch-up from store':<38} {fmt_rate(c['catchup_rate'], ceiling_rate):<28} "
+          f"{c['catchup_received']:,} records")
+    if "spark_path_rate" in c:
+        print(f"{'Spark read via path':<38} {fmt_rate(c['spark_path_rate'], ceiling_rate)}")
+        print(f"{'Spark read via tower':<38} {fmt_rate(c['spark_tower_rate'], ceiling_rate)}")
+    print(f"{'peak RSS (MiB)':<38} {'':<28} " + ", ".join(f"{k} {v:.0f}" for k, v in c["rss_mib"].items()))
 
 
 def print_table(size: int, run: dict) -> None:
