@@ -381,12 +381,15 @@ def scenario_catchup_and_spark(records: int, size: int, spark: bool) -> dict:
             session = spark_session()
             tower = {"tower": c.tower.pub_endpoint, "towerSub": c.tower.sub_endpoint,
                      "dafka.beacon/address": "127.0.0.1"}
-            out["spark_tower_rate"] = spark_rate(session, records, **tower)
+            out["spark_tower_rate"] = spark_rate(session, records, maxRecordsPerPartition=str(max(1, records // 4)),
+                                                 **tower)
         store.stdin.write("stop\n")
         store.stdin.flush()
         out["rss_mib"]["store"] = result_of(store)["rss_mib"]
         if spark:
-            out["spark_path_rate"] = spark_rate(session, records, path=db)
+            # one producer is one partition: split it so that both cores read
+            out["spark_path_rate"] = spark_rate(session, records, path=db,
+                                                maxRecordsPerPartition=str(max(1, records // 4)))
             session.stop()
         return out
     finally:
@@ -405,6 +408,7 @@ def spark_available() -> bool:
 def spark_session():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONSAFEPATH"] = "1"
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # else Spark resolves the hostname to a LAN address
     from pyspark.sql import SparkSession
 
     from dafka.spark import register

@@ -30,6 +30,7 @@ def spark():
     # directory first on sys.path: from the checkout's root, its dafka/ folder
     # would shadow the installed package (where dafka.spark lives).
     os.environ["PYTHONSAFEPATH"] = "1"
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # else Spark resolves the hostname to a LAN address
     from pyspark.sql import SparkSession
 
     from dafka.spark import register
