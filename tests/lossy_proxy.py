@@ -3,8 +3,11 @@ messages, to test recovery over a bad link.
 
 Peers on side A (tower A) and side B (tower B) see the proxy as one peer on
 their side; the proxy forwards data and subscriptions both ways, like
-``zmq_proxy`` with XSUB/XPUB, and applies ``fault(frames) -> copies`` to
-messages travelling A -> B."""
+``zmq_proxy`` with XSUB/XPUB.  ``fault(frames, direction) -> copies`` (0
+drops, 2 duplicates) applies to every data message, ``direction`` being
+"A>B" or "B>A".  Subscription frames pass untouched: they are ZMTP control
+traffic that TCP never loses, and libzmq would never send a lost one again
+(a real network cannot do that)."""
 
 from __future__ import annotations
 
@@ -15,10 +18,12 @@ import zmq
 
 from dafka.beacon import CONNECT, Beacon
 
+DIRECTIONS = ("A>B", "B>A")
+
 
 class _Side:
-    def __init__(self, ctx, tower, name):
-        self.xpub = ctx.socket(zmq.XPUB)  # peers of this side connect here
+    def __init__(self, ctx: zmq.Context, tower_sub: str, tower_pub: str, name: str) -> None:
+        self.xpub = ctx.socket(zmq.XPUB)  # this side's peers connect here
         self.xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
         self.xpub.sndhwm = 1_000_000
         self.xpub.linger = 0
@@ -28,18 +33,21 @@ class _Side:
         self.xsub.rcvhwm = 1_000_000
         self.xsub.linger = 0
         self.beacon = Beacon(ctx, f"PROXY{name}{random.getrandbits(64):016X}", port, host="127.0.0.1",
-                             tower_sub=tower.sub_endpoint, tower_pub=tower.pub_endpoint, name="proxy").start()
+                             tower_sub=tower_sub, tower_pub=tower_pub, name="proxy").start()
         self.peers: set[str] = set()
 
 
 class LossyProxy:
-    def __init__(self, tower_a, tower_b, fault) -> None:
+    """``side_a``/``side_b`` are (tower XSUB, tower XPUB) endpoint pairs."""
+
+    def __init__(self, side_a: tuple[str, str], side_b: tuple[str, str], fault) -> None:
         ctx = zmq.Context.instance()
         self.fault = fault
-        self.a = _Side(ctx, tower_a, "A")
-        self.b = _Side(ctx, tower_b, "B")
-        self.forwarded = 0
-        self.dropped = 0
+        self.a = _Side(ctx, *side_a, "A")
+        self.b = _Side(ctx, *side_b, "B")
+        self.forwarded = dict.fromkeys(DIRECTIONS, 0)
+        self.dropped = dict.fromkeys(DIRECTIONS, 0)
+        self.duplicated = dict.fromkeys(DIRECTIONS, 0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dafka-test-proxy", daemon=True)
         self._thread.start()
@@ -54,7 +62,8 @@ class LossyProxy:
             for side in (a, b):
                 if side.beacon.events in ready:
                     for event in Beacon.read_events(side.beacon.events):
-                        if event.kind == CONNECT and event.endpoint not in side.peers and not event.sender.startswith("PROXY"):
+                        if (event.kind == CONNECT and event.endpoint not in side.peers
+                                and not event.sender.startswith("PROXY")):
                             side.peers.add(event.endpoint)
                             side.xsub.connect(event.endpoint)
             # subscriptions flow from one side's XPUB to the other side's XSUB
@@ -65,20 +74,22 @@ class LossyProxy:
                             dst.send(src.recv(zmq.NOBLOCK))
                         except zmq.Again:
                             break
-            # data: A's peers -> B's XPUB (with faults), B's peers -> A's XPUB
-            for src, dst, faulty in ((a.xsub, b.xpub, True), (b.xsub, a.xpub, False)):
+            # data: A's peers -> B's XPUB, B's peers -> A's XPUB, through the fault
+            for src, dst, direction in ((a.xsub, b.xpub, "A>B"), (b.xsub, a.xpub, "B>A")):
                 if src in ready:
                     for _ in range(10_000):
                         try:
                             frames = src.recv_multipart(zmq.NOBLOCK)
                         except zmq.Again:
                             break
-                        copies = self.fault(frames) if faulty else 1
+                        copies = self.fault(frames, direction)
+                        self.forwarded[direction] += 1
                         if copies == 0:
-                            self.dropped += 1
+                            self.dropped[direction] += 1
+                        elif copies > 1:
+                            self.duplicated[direction] += copies - 1
                         for _ in range(copies):
                             dst.send_multipart(frames)
-                        self.forwarded += 1
 
     def close(self) -> None:
         self._stop.set()

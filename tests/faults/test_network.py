@@ -12,7 +12,8 @@ import pytest
 
 from dafka.towerd.tower import Tower
 from faultcheck import check
-from faultkit import Cluster, LossyLink, acked_keys, free_port
+from faultkit import Cluster, acked_keys, free_port
+from lossy_proxy import LossyProxy
 from helpers import loopback_config, wait_for
 
 pytestmark = pytest.mark.faults
@@ -61,7 +62,7 @@ def test_lossy_duplicating_link_between_two_towers(processes, tower, tmp_path, f
         return 0 if r < 0.10 else 2 if r < 0.20 else 1
 
     tower_b = Tower(loopback_config()).start()
-    link = LossyLink((tower.sub_endpoint, tower.pub_endpoint), (tower_b.sub_endpoint, tower_b.pub_endpoint), fault)
+    link = LossyProxy((tower.sub_endpoint, tower.pub_endpoint), (tower_b.sub_endpoint, tower_b.pub_endpoint), fault)
     try:
         side_a = Cluster(processes, tmp_path / "a", tower.sub_endpoint, tower.pub_endpoint)
         side_b = Cluster(processes, tmp_path / "b", tower_b.sub_endpoint, tower_b.pub_endpoint)
