@@ -294,7 +294,7 @@ class Producer:
                     sock.close(0)
                     continue
                 self._peers[event.endpoint] = (sock, event.sender)
-                self._loop.add_reader(sock, self._on_peer_message)
+                self._loop.add_reader(sock, lambda s, sender=event.sender: self._on_peer_message(s, sender))
             else:
                 known = self._peers.pop(event.endpoint, None)
                 if known is not None:
@@ -303,8 +303,7 @@ class Producer:
                     with self._cond:
                         self._state.forget_store(known[1])
 
-    def _on_peer_message(self, sock: zmq.Socket) -> None:
-        sender = next((s for e, (k, s) in self._peers.items() if k is sock), "?")
+    def _on_peer_message(self, sock: zmq.Socket, sender: str) -> None:
         released = False
         with self._cond:
             for _ in range(10_000):

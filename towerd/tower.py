@@ -163,7 +163,7 @@ class Tower:
             if len(frame) >= 2 and frame[1:2] == proto.WELCOME:
                 continue
             self._xsub.send(frame)
-            if frame[:1] == b"\x01" and proto.BEACON.startswith(frame[1:2] or b"B"):
+            if frame[:1] == b"\x01" and frame[1:2] in (b"", proto.BEACON):  # a new listener for beacons
                 with self._lock:
                     replay = self.state.live(time.monotonic())
                 for frames in replay:
