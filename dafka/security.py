@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 
 import zmq
@@ -88,11 +89,32 @@ def acquire_authenticator(ctx: zmq.Context, curve: Curve | None) -> None:
     with _auth_lock:
         entry = _authenticators.get(id(ctx))
         if entry is None:
-            auth = ThreadAuthenticator(ctx, log=logging.getLogger("dafka.security.zap"))
-            auth.start()
+            auth = _start_authenticator(ctx)
             auth.configure_curve(domain=ZAP_DOMAIN, location=curve.authorized_keys)
             entry = _authenticators[id(ctx)] = [auth, 0]
         entry[1] += 1
+
+
+_ZAP_REBIND_TIMEOUT = 5.0  # seconds
+
+
+def _start_authenticator(ctx: zmq.Context) -> ThreadAuthenticator:
+    """A started authenticator.  Its ZAP socket binds ``inproc://zeromq.zap.01``,
+    which the previous authenticator of this context may still hold for a
+    moment after ``stop()``: libzmq closes sockets asynchronously."""
+    deadline = time.monotonic() + _ZAP_REBIND_TIMEOUT
+    delay = 0.001
+    while True:
+        auth = ThreadAuthenticator(ctx, log=logging.getLogger("dafka.security.zap"))
+        try:
+            auth.start()
+            return auth
+        except zmq.ZMQError as exc:
+            auth.stop()  # closes the ZAP socket that could not bind
+            if exc.errno != zmq.EADDRINUSE or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def release_authenticator(ctx: zmq.Context, curve: Curve | None) -> None:

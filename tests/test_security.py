@@ -159,3 +159,20 @@ def test_wire_capture_shows_no_plaintext_with_curve(tower, secure_tower, keys, s
         finally:
             sub.close()
             relay.close()
+
+
+def test_authenticator_restarts_at_once_on_the_same_context(keys):
+    # Regression: the last peer of a context stops the ZAP authenticator and
+    # the next one starts a new one; libzmq closes the old ZAP socket
+    # asynchronously, so binding inproc://zeromq.zap.01 again failed with
+    # EADDRINUSE (290 of 300 immediate restarts) unless it waits its turn.
+    from dafka.security import Curve, acquire_authenticator, release_authenticator
+
+    settings = Curve.from_config(loopback_config(**{k.replace("/", "__"): v for k, v in curve(keys, "alice").items()}))
+    ctx = zmq.Context()
+    try:
+        for _ in range(50):
+            acquire_authenticator(ctx, settings)
+            release_authenticator(ctx, settings)
+    finally:
+        ctx.term()
