@@ -27,6 +27,7 @@ import zmq
 
 HERE = Path(__file__).resolve()
 TOPIC = "bench"
+STAMP_EVERY = 16  # latency is sampled on every 16th record
 
 
 # ---------------------------------------------------------------------------
@@ -57,8 +58,19 @@ def config(sub: str, pub: str, **extra: object):
     return Config.load(overrides=values)
 
 
-def emit(result: dict) -> None:
+def cpu_seconds() -> float:
+    """CPU time of this whole process (every thread: Python, libzmq I/O, LevelDB)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def emit(result: dict, cpu_since: float | None = None, records: int = 0) -> None:
+    """Print the role's result; with ``cpu_since`` also the process's CPU
+    microseconds per record since then, a figure that steal time and
+    neighbours move far less than a rate."""
     result["rss_mib"] = round(peak_rss_mib(), 1)
+    if cpu_since is not None and records:
+        result["cpu_us"] = round((cpu_seconds() - cpu_since) / records * 1e6, 2)
     print(json.dumps(result), flush=True)
 
 
@@ -83,11 +95,12 @@ def role_raw_pub(a: argparse.Namespace) -> None:
     frame1 = b"M" + TOPIC.encode() + b"\0\x01" + b"\x20" + b"P" * 32 + b"\x05bench" + bytes(8)
     body = b"x" * a.size
     send = sock.send
+    cpu = cpu_seconds()
     started = time.perf_counter()
     for _ in range(a.records):
         send(frame1, zmq.SNDMORE)
         send(body)
-    emit({"sent": a.records, "seconds": time.perf_counter() - started})
+    emit({"sent": a.records, "seconds": time.perf_counter() - started}, cpu, a.records)
     time.sleep(1)
 
 
@@ -101,11 +114,12 @@ def role_raw_sub(a: argparse.Namespace) -> None:
     recv = sock.recv
     recv()
     recv()
+    cpu = cpu_seconds()
     started = time.perf_counter()
     for _ in range(a.records - 1):
         recv()
         recv()
-    emit({"received": a.records, "seconds": time.perf_counter() - started})
+    emit({"received": a.records, "seconds": time.perf_counter() - started}, cpu, a.records - 1)
 
 
 def role_producer(a: argparse.Namespace) -> None:
@@ -119,6 +133,7 @@ def role_producer(a: argparse.Namespace) -> None:
     body = b"x" * a.size
     stamp = a.stamp
     send = producer.send
+    cpu = cpu_seconds()
     started = time.perf_counter()
     if a.rate:
         interval = 1.0 / a.rate
@@ -131,9 +146,13 @@ def role_producer(a: argparse.Namespace) -> None:
     elif a.hold:
         for i in range(a.records):  # distinct objects, as real records would be
             send(i.to_bytes(8, "big") + body[8:])
+    elif stamp:
+        # Only the records the consumer samples (offset % STAMP_EVERY == 0) carry a send time.
+        for i in range(a.records):
+            send(body if i % STAMP_EVERY else payload(a.size, True))
     else:
         for _ in range(a.records):
-            send(payload(a.size, True) if stamp else body)
+            send(body)
     sent = time.perf_counter() - started
     acked = None
     if a.min_acks:
@@ -143,9 +162,9 @@ def role_producer(a: argparse.Namespace) -> None:
     result = {"sent": a.records, "send_seconds": sent, "ack_seconds": acked}
     if a.hold:
         result["buffered"] = producer.stats()["buffered"]
-    emit(result)
     if a.linger:
-        time.sleep(a.linger)
+        time.sleep(a.linger)  # its I/O thread still sends what send() queued
+    emit(result, None if a.rate else cpu, a.records)
     if a.hold:
         _close_quietly(producer)
     else:
@@ -173,14 +192,16 @@ def role_consumer(a: argparse.Namespace) -> None:
     first_at = time.monotonic()
     latencies = []
     count = 1
+    cpu = cpu_seconds()
     started = time.perf_counter()
     stamp = a.stamp
+    poll = consumer.poll
     while count < a.records:
-        record = consumer.poll(10)
+        record = poll(10)
         if record is None:
             break
         count += 1
-        if stamp and count % 16 == 0:
+        if stamp and record.offset % STAMP_EVERY == 0:
             latencies.append(time.monotonic_ns() - int.from_bytes(record.value[:8], "big"))
     elapsed = time.perf_counter() - started
     result = {"received": count, "seconds": elapsed, "first_record_ms": (first_at - created) * 1000}
@@ -188,7 +209,7 @@ def role_consumer(a: argparse.Namespace) -> None:
         latencies.sort()
         result["p50_ms"] = latencies[len(latencies) // 2] / 1e6
         result["p99_ms"] = latencies[int(len(latencies) * 0.99)] / 1e6
-    emit(result)
+    emit(result, cpu, count - 1)
     consumer.close()
 
 
@@ -196,11 +217,13 @@ def role_store(a: argparse.Namespace) -> None:
     from dafka.store import Store
 
     store = Store(config(a.sub, a.pub), db=a.db).start()
+    cpu = cpu_seconds()
     print("ready", flush=True)
     sys.stdin.readline()
     stats = store.stats()
     store.stop()
-    emit({"store": stats})
+    # per record written or served: the store's CPU covers both
+    emit({"store": stats}, cpu, stats["records_written"] + stats["records_served"])
 
 
 ROLES = {
@@ -258,8 +281,9 @@ def ceiling(records: int, size: int) -> dict:
     pub = subprocess.Popen([sys.executable, str(HERE), "--role", "raw-pub", "--records", str(records),
                             "--size", str(size), "--endpoint", endpoint], stdout=subprocess.PIPE, text=True)
     r = result_of(sub)
-    result_of(pub)
-    return {"rate": r["received"] / r["seconds"], "rss_mib": r["rss_mib"]}
+    p = result_of(pub)
+    return {"rate": r["received"] / r["seconds"], "rss_mib": r["rss_mib"],
+            "cpu_us": {"sender": p.get("cpu_us"), "receiver": r.get("cpu_us")}}
 
 
 def scenario_direct(records: int, size: int) -> dict:
@@ -274,7 +298,8 @@ def scenario_direct(records: int, size: int) -> dict:
         p = result_of(producer)
         return {"rate": r["received"] / r["seconds"], "received": r["received"], "p50_ms": r.get("p50_ms"),
                 "p99_ms": r.get("p99_ms"), "send_rate": records / p["send_seconds"],
-                "rss_mib": {"producer": p["rss_mib"], "consumer": r["rss_mib"]}}
+                "rss_mib": {"producer": p["rss_mib"], "consumer": r["rss_mib"]},
+                "cpu_us": {"producer": p.get("cpu_us"), "consumer": r.get("cpu_us")}}
     finally:
         c.close()
 
@@ -340,21 +365,24 @@ def scenario_store(records: int, size: int, with_consumer: bool) -> dict:
         producer = c.spawn("producer", "--records", str(records), "--size", str(size), "--min-acks", "1")
         p = result_of(producer)
         out = {"ack_rate": records / p["ack_seconds"], "send_rate": records / p["send_seconds"],
-               "rss_mib": {"producer": p["rss_mib"]}}
+               "rss_mib": {"producer": p["rss_mib"]}, "cpu_us": {"producer": p.get("cpu_us")}}
         if consumer is not None:
             r = result_of(consumer)
             out["rate"] = r["received"] / r["seconds"]
             out["rss_mib"]["consumer"] = r["rss_mib"]
+            out["cpu_us"]["consumer"] = r.get("cpu_us")
         # catch-up: a new consumer reads everything back from the store alone
         catchup = c.spawn("consumer", "--records", str(records), "--size", str(size), "--reset", "earliest")
         r = result_of(catchup)
         out["catchup_rate"] = r["received"] / r["seconds"] if r["received"] else 0.0
         out["catchup_received"] = r["received"]
+        out["cpu_us"]["catchup consumer"] = r.get("cpu_us")
         out["first_record_from_store_ms"] = r.get("first_record_ms")
         store.stdin.write("stop\n")
         store.stdin.flush()
         s = result_of(store)
         out["rss_mib"]["store"] = s["rss_mib"]
+        out["cpu_us"]["store"] = s.get("cpu_us")
         return out
     finally:
         c.close()
@@ -512,21 +540,28 @@ def print_catchup(c: dict, ceiling_rate: float) -> None:
     print(f"{'peak RSS (MiB)':<38} {'':<28} " + ", ".join(f"{k} {v:.0f}" for k, v in c["rss_mib"].items()))
 
 
+def fmt_cpu(cpu: dict) -> str:
+    """CPU microseconds per record of each process, e.g. "CPU/rec producer 2.1 us, consumer 2.9 us"."""
+    shown = [f"{name} {value:.2f}" for name, value in cpu.items() if value is not None]
+    return "CPU us/record: " + ", ".join(shown) if shown else ""
+
+
 def print_table(size: int, run: dict) -> None:
     ceiling_rate = run["ceiling"]["rate"]
-    rows = [("raw pyzmq PUB/SUB ceiling", fmt_rate(ceiling_rate, ceiling_rate), "")]
+    rows = [("raw pyzmq PUB/SUB ceiling", fmt_rate(ceiling_rate, ceiling_rate), fmt_cpu(run["ceiling"]["cpu_us"]))]
     d = run["direct"]
     rows.append(("producer -> consumer", fmt_rate(d["rate"], ceiling_rate),
                  f"p50 {d['p50_ms']:.1f} ms, p99 {d['p99_ms']:.1f} ms at full load" if d.get("p50_ms") else ""))
-    rows.append(("  producer send()", fmt_rate(d["send_rate"], ceiling_rate), ""))
+    rows.append(("  producer send()", fmt_rate(d["send_rate"], ceiling_rate), fmt_cpu(d["cpu_us"])))
     p = run["paced"]
     if p.get("p50_ms") is not None:
         rows.append(("latency at 10,000 rec/s", "", f"p50 {p['p50_ms']:.2f} ms, p99 {p['p99_ms']:.2f} ms"))
     if "store" in run:
         s = run["store"]
-        rows.append(("producer -> store, acked", fmt_rate(s["ack_rate"], ceiling_rate), ""))
+        rows.append(("producer -> store, acked", fmt_rate(s["ack_rate"], ceiling_rate), fmt_cpu(s["cpu_us"])))
         sc = run["store_consumer"]
-        rows.append(("producer -> consumer, store running", fmt_rate(sc.get("rate"), ceiling_rate), ""))
+        rows.append(("producer -> consumer, store running", fmt_rate(sc.get("rate"), ceiling_rate),
+                     fmt_cpu(sc["cpu_us"])))
         rows.append(("consumer catch-up from store", fmt_rate(s["catchup_rate"], ceiling_rate),
                      f"{s['catchup_received']:,} records"))
         if s.get("first_record_from_store_ms") is not None:

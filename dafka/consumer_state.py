@@ -17,7 +17,7 @@ import logging
 from collections import deque
 
 from . import proto
-from .records import Record
+from .records import Record, new_record
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,9 @@ class ConsumerState:
         self.max_buffered = max_buffered
         self.topics: list[str] = []
         self.partitions: dict[tuple[str, str], Partition] = {}
-        self._by_prefix: dict[bytes, Partition] = {}
+        # Frame 1 of a RECORD or DIRECT-RECORD of a known partition, less its
+        # 8-byte sequence -> that partition: the hot path's one dict lookup.
+        self.record_prefixes: dict[bytes, Partition] = {}
         self._positions = dict(positions or {})
         self.out: list[list[bytes]] = []
         self.ready: deque[Record] = deque()
@@ -141,22 +143,26 @@ class ConsumerState:
                 start = 0 if self.earliest else seq
             p = Partition(topic, address, start)
             self.partitions[key] = p
-            self._by_prefix[proto.record_prefix(proto.RECORD, topic, address, topic)] = p
-            self._by_prefix[proto.record_prefix(proto.DIRECT_RECORD, self.address, address, topic)] = p
+            self.record_prefixes[proto.record_prefix(proto.RECORD, topic, address, topic)] = p
+            self.record_prefixes[proto.record_prefix(proto.DIRECT_RECORD, self.address, address, topic)] = p
             log.debug("consumer %s: new partition %s/%s from offset %d", self.address, topic, address, start)
         return p
 
     # -- incoming -----------------------------------------------------------
 
     def on_record_frames(self, frame: bytes, content: bytes) -> None:
-        """The hot path: a two-frame message from the SUB socket."""
-        p = self._by_prefix.get(frame[:-8])
+        """A two-frame message from the SUB socket."""
+        p = self.record_prefixes.get(frame[:-8])
         if p is None:
             self.on_frames([frame, content])
-            return
-        seq = int.from_bytes(frame[-8:], "big")
+        else:
+            self.on_known_record(p, int.from_bytes(frame[-8:], "big"), content)
+
+    def on_known_record(self, p: Partition, seq: int, content: bytes) -> None:
+        """The hot path: a record of a partition whose frame 1 matched
+        :attr:`record_prefixes` (so it needs no decoding)."""
         if seq == p.next:
-            self.ready.append(Record(p.topic, p.address, seq, content))
+            self.ready.append(new_record(p.topic, p.address, seq, content))
             p.next = seq + 1
             if seq > p.head:
                 p.head = seq  # live traffic: nothing pending, nothing to fetch
@@ -196,7 +202,7 @@ class ConsumerState:
 
     def _on_record(self, p: Partition, seq: int, content: bytes) -> None:
         if seq == p.next:
-            self.ready.append(Record(p.topic, p.address, seq, content))
+            self.ready.append(new_record(p.topic, p.address, seq, content))
             p.next = seq + 1
             self._after_delivery(p, seq)
         elif seq > p.next:
@@ -213,7 +219,7 @@ class ConsumerState:
         if pending:
             nxt = p.next
             while nxt in pending:
-                self.ready.append(Record(p.topic, p.address, nxt, pending.pop(nxt)))
+                self.ready.append(new_record(p.topic, p.address, nxt, pending.pop(nxt)))
                 nxt += 1
             p.next = nxt
         if p.head >= p.next and p.next >= p.fetch_end:

@@ -57,6 +57,31 @@ class SendHandle:
         return f"<SendHandle {self._producer.topic}/{self.partition}@{self.offset} done={self.done()}>"
 
 
+def _handle_factory() -> Callable[["Producer", int], SendHandle]:
+    """``new_handle(producer, offset)``: a :class:`SendHandle` without the
+    cost of calling ``__init__`` (send's hot path)."""
+    new = object.__new__
+    set_producer = SendHandle._producer.__set__  # type: ignore[attr-defined]
+    set_offset = SendHandle.offset.__set__  # type: ignore[attr-defined]
+
+    def new_handle(producer: "Producer", offset: int) -> SendHandle:
+        handle = new(SendHandle)
+        set_producer(handle, producer)
+        set_offset(handle, offset)
+        return handle
+
+    return new_handle
+
+
+_new_handle = _handle_factory()
+
+
+def _as_bytes(value: object) -> bytes:
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"record value must be bytes (or set value_serializer), got {type(value).__name__}")
+
+
 class Producer:
     """Publish records to ``topic`` as one partition.
 
@@ -136,28 +161,28 @@ class Producer:
         up to ``timeout`` seconds (default ``producer/send_timeout``), then
         raises :class:`BufferFull`.  ``on_delivery(metadata, None)`` is called
         from the producer's thread once the record is acked."""
-        data = self.value_serializer(value) if self.value_serializer is not None else value
-        if not isinstance(data, bytes):
-            if not isinstance(data, (bytearray, memoryview)):
-                raise TypeError(f"record value must be bytes (or set value_serializer), got {type(data).__name__}")
-            data = bytes(data)
-        size = len(data)
-        if size > self.max_record_bytes:
+        if self.value_serializer is not None:
+            value = self.value_serializer(value)
+        if type(value) is not bytes:
+            value = _as_bytes(value)
+        if len(value) > self.max_record_bytes:
             raise RecordTooLarge(
-                f"record of {size} bytes is over producer/max_record_bytes={self.max_record_bytes}; nothing was sent"
+                f"record of {len(value)} bytes is over producer/max_record_bytes={self.max_record_bytes}; "
+                "nothing was sent"
             )
         with self._lock:
             if self._closed:
                 raise Closed("producer is closed")
-            state = self._state
-            if not state.has_room(size):
-                self._wait_room(size, self.send_timeout if timeout is None else timeout)
-            seq, frame = state.publish(data)
-            _raw_send(self._pub, frame, zmq.SNDMORE)
-            _raw_send(self._pub, data)
+            frame = self._state.publish(value)
+            if frame is None:
+                frame = self._publish_when_room(value, self.send_timeout if timeout is None else timeout)
+            pub = self._pub
+            _raw_send(pub, frame, zmq.SNDMORE)
+            _raw_send(pub, value)
+            seq = self._state.next_seq - 1
             if on_delivery is not None:
                 self._callbacks.append((seq, on_delivery))
-        return SendHandle(self, seq)
+        return _new_handle(self, seq)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every record sent so far is acked by ``min_acks`` stores."""
@@ -220,15 +245,21 @@ class Producer:
 
     # -- waiting ------------------------------------------------------------
 
-    def _wait_room(self, size: int, timeout: float) -> None:
+    def _publish_when_room(self, value: bytes, timeout: float) -> bytes:
+        """Wait (the lock released meanwhile) until the buffer takes ``value``;
+        returns its frame 1, or raises :class:`BufferFull` after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        while not self._state.has_room(size):
+        state = self._state
+        while True:
+            frame = state.publish(value)
+            if frame is not None:
+                return frame
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise BufferFull(
-                    f"{self._state.unacked} records ({self._state.buffered_bytes} bytes) await acks from "
+                    f"{state.unacked} records ({state.buffered_bytes} bytes) await acks from "
                     f"{self.min_acks} store(s); waited {timeout:.3g}s for room (producer/max_unacked="
-                    f"{self._state.max_unacked}, producer/max_unacked_bytes={self._state.max_unacked_bytes})"
+                    f"{state.max_unacked}, producer/max_unacked_bytes={state.max_unacked_bytes})"
                 )
             if self._closed:
                 raise Closed("producer is closed")

@@ -58,17 +58,26 @@ class ProducerState:
             return True
         return len(self.buffer) < self.max_unacked and self.buffered_bytes + size <= self.max_unacked_bytes
 
-    def publish(self, content: bytes) -> tuple[int, bytes]:
-        """Take a record; returns its sequence and frame 1 of its RECORD."""
-        seq = self.next_seq
-        self.next_seq = seq + 1
-        self.buffer.append(content)
-        self.buffered_bytes += len(content)
-        if self.min_acks == 0:
-            self.released = seq
-            while len(self.buffer) > self.max_unacked or self.buffered_bytes > self.max_unacked_bytes:
+    def publish(self, content: bytes) -> bytes | None:
+        """Take a record if the unacked buffer has room for it: returns frame 1
+        of its RECORD (its sequence is ``next_seq - 1``), or None, taking
+        nothing, when the buffer is full."""
+        buffer = self.buffer
+        size = len(content)
+        if self.min_acks:
+            if buffer and (len(buffer) >= self.max_unacked or self.buffered_bytes + size > self.max_unacked_bytes):
+                return None
+            buffer.append(content)
+            self.buffered_bytes += size
+            seq = self.next_seq
+        else:
+            buffer.append(content)
+            self.buffered_bytes += size
+            seq = self.released = self.next_seq
+            while len(buffer) > self.max_unacked or self.buffered_bytes > self.max_unacked_bytes:
                 self._drop_oldest()
-        return seq, self.record_prefix + seq.to_bytes(8, "big")
+        self.next_seq = seq + 1
+        return self.record_prefix + seq.to_bytes(8, "big")
 
     @property
     def unacked(self) -> int:

@@ -96,3 +96,27 @@ def test_bad_reset_value_is_a_config_error(tower):
     from dafka import ConfigError
     with pytest.raises(ConfigError, match="consumer/offset/reset"):
         Consumer("x", config={"consumer/offset/reset": "beginning"})
+
+
+def test_a_known_partition_record_without_its_content_frame_is_counted_not_waited_for(tower):
+    """The hot path reads a known partition's content frame without RCVMORE:
+    a record header that arrives alone (a broken or hostile peer) must be
+    dropped and counted, must not block poll, and must not make the next
+    message's frames be taken for its content."""
+    peer = RawPeer(tower, P, [])
+    consumer = Consumer("alone", config=loopback_config(tower, consumer__offset__reset="earliest"))
+    try:
+        peer.wait_subscribed(b"Malone", also=lambda: consumer.poll(0.005))
+        peer.send(proto.RecordMsg("alone", P, "alone", 0, b"zero"))
+        assert consumer.poll(5).value == b"zero"  # the partition is known now: its headers take the fast path
+        header = proto.encode(proto.RecordMsg("alone", P, "alone", 1, b""))[0]
+        peer.data.send(header)  # frame 1 of record 1, alone
+        assert consumer.poll(0.5) is None
+        assert consumer.stats()["malformed"] == 1
+        peer.send(proto.RecordMsg("alone", P, "alone", 1, b"one"))
+        peer.send(proto.RecordMsg("alone", P, "alone", 2, b"two"))
+        assert [(r.offset, r.value) for r in (consumer.poll(5), consumer.poll(5))] == [(1, b"one"), (2, b"two")]
+        assert consumer.stats()["malformed"] == 1
+    finally:
+        consumer.close()
+        peer.close()

@@ -240,8 +240,11 @@ def fuzz_producer(fdp: atheris.FuzzedDataProvider) -> None:
     for _ in range(fdp.ConsumeIntInRange(1, 60)):
         op = fdp.ConsumeIntInRange(0, 5)
         if op <= 1 and state.has_room(8):
-            seq, frame = state.publish(_content(state.next_seq))
-            assert proto.decode([frame, _content(seq)]).sequence == seq
+            seq = state.next_seq
+            frame = state.publish(_content(seq))
+            assert frame is not None and proto.decode([frame, _content(seq)]).sequence == seq
+        elif op <= 1:
+            assert state.publish(_content(state.next_seq)) is None
         elif op == 2:
             frames = _message(fdp, [TOPIC], addresses)
             try:
