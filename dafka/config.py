@@ -309,11 +309,20 @@ define("producer/send_timeout", "int", 60000, "how long send blocks while the bu
        minimum=0, unit=_MS)
 define("producer/close_timeout", "int", 30000, "how long close waits for outstanding ACKs",
        minimum=0, unit=_MS)
+define("producer/fetch_inflight_bytes", "int", 33554432,
+       "FETCH answers queued for one requester and not yet shown received by its next FETCH; "
+       "0 = unlimited", minimum=0, unit="bytes")
+define("consumer/fetch_max_bytes", "int", 8388608,
+       "how much one FETCH asks for at most, estimated from the partition's recent records",
+       minimum=1, unit="bytes")
 define("consumer/fetch_retry", "int", 1000, "wait before an unanswered FETCH is sent again",
        minimum=1, unit=_MS)
 define("consumer/max_buffered", "int", 100000, "out-of-order records kept per partition",
        minimum=0, unit="records")
 define("store/sync", "bool", 0, "fsync every write to the database")
+define("store/fetch_inflight_bytes", "int", 33554432,
+       "FETCH answers queued for one requester and not yet shown received by its next FETCH; "
+       "0 = unlimited", minimum=0, unit="bytes")
 define("store/retention/ms", "int", -1, "age after which records are deleted; -1 = keep forever",
        minimum=-1, unit=_MS)
 define("store/retention/bytes", "int", -1, "size per partition above which the oldest records "

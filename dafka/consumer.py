@@ -55,6 +55,7 @@ class Consumer:
             reset=c["consumer/offset/reset"],
             fetch_retry=c["consumer/fetch_retry"] / 1000.0,
             max_buffered=c["consumer/max_buffered"],
+            fetch_max_bytes=c["consumer/fetch_max_bytes"],
             positions=self._journal.positions if self._journal else None,
         )
         self._lock = threading.Lock()

@@ -17,6 +17,7 @@ import logging
 from collections import deque
 
 from . import proto
+from .inflight import fetch_window, mean_size
 from .records import Record, new_record
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ FETCH_CHUNK = 100_000  # at most this many records asked for in one FETCH
 
 class Partition:
     __slots__ = ("topic", "address", "next", "head", "pending", "fetch_seq", "fetch_end", "fetched_at",
-                 "seen_next", "progress_at")
+                 "seen_next", "progress_at", "record_size")
 
     def __init__(self, topic: str, address: str, next_offset: int) -> None:
         self.topic = topic
@@ -39,6 +40,7 @@ class Partition:
         self.fetched_at = float("-inf")
         self.seen_next = next_offset  # ``next`` at the last tick, to notice progress
         self.progress_at = float("-inf")
+        self.record_size = -1  # estimated content size, sampled at the end of fetched windows
 
     def forget_fetch(self) -> None:
         """Make the next :meth:`ConsumerState._request` go out whatever was asked before."""
@@ -54,6 +56,7 @@ class ConsumerState:
         reset: str = "latest",
         fetch_retry: float = 1.0,
         max_buffered: int = 100_000,
+        fetch_max_bytes: int = 8 * 1024 * 1024,
         positions: dict[tuple[str, str], int] | None = None,
     ) -> None:
         if reset not in ("latest", "earliest"):
@@ -62,6 +65,7 @@ class ConsumerState:
         self.earliest = reset == "earliest"
         self.fetch_retry = fetch_retry
         self.max_buffered = max_buffered
+        self.fetch_max_bytes = fetch_max_bytes
         self.topics: list[str] = []
         self.partitions: dict[tuple[str, str], Partition] = {}
         # Frame 1 of a RECORD or DIRECT-RECORD of a known partition, less its
@@ -167,6 +171,7 @@ class ConsumerState:
             if seq > p.head:
                 p.head = seq  # live traffic: nothing pending, nothing to fetch
             elif p.pending or p.next >= p.fetch_end:
+                p.record_size = mean_size(p.record_size, len(content))
                 self._after_delivery(p, seq)
         else:
             self._on_record(p, seq, content)
@@ -201,6 +206,7 @@ class ConsumerState:
                 self._on_tail(self._partition(msg.subject, msg.address, msg.sequence), msg.sequence)
 
     def _on_record(self, p: Partition, seq: int, content: bytes) -> None:
+        p.record_size = mean_size(p.record_size, len(content))
         if seq == p.next:
             self.ready.append(new_record(p.topic, p.address, seq, content))
             p.next = seq + 1
@@ -248,7 +254,7 @@ class ConsumerState:
             return
         if p.fetch_seq <= p.next < p.fetch_end and self.now - p.fetched_at < self.fetch_retry:
             return
-        count = min(p.head - p.next + 1, FETCH_CHUNK)
+        count = min(p.head - p.next + 1, FETCH_CHUNK, fetch_window(self.fetch_max_bytes, p.record_size))
         self.out.append(proto.encode(proto.FetchMsg(p.address, self.address, p.topic, p.next, count)))
         p.fetch_seq = p.next
         p.fetch_end = p.next + count

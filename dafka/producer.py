@@ -115,6 +115,7 @@ class Producer:
             min_acks=self.min_acks,
             max_unacked=c["producer/max_unacked"],
             max_unacked_bytes=c["producer/max_unacked_bytes"],
+            fetch_inflight_bytes=c["producer/fetch_inflight_bytes"],
         )
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -307,7 +308,7 @@ class Producer:
                 if sub is None:
                     self._state.malformed += 1
                 else:
-                    wants_head = wants_head or self._state.wants_head_for(sub)
+                    wants_head = self._state.on_subscription(sub) or wants_head
             if wants_head:
                 self._pub.send(self._state.head_frame())
 

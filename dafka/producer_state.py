@@ -10,7 +10,9 @@ Unlike the reference:
 * a record is released only when ``min_acks`` distinct stores have ACKed it;
 * FETCH answers are exact for every sequence still held (the reference could
   send the wrong payload after a partial ACK) and are streamed out in slices
-  so a huge request cannot monopolise the producer;
+  so a huge request cannot monopolise the producer; a newer FETCH from a
+  requester replaces its answer in progress, and each requester may have at
+  most ``fetch_inflight_bytes`` of answers in flight (:mod:`dafka.inflight`);
 * ``min_acks = 0`` keeps the newest ``max_unacked`` records in a ring for
   FETCH answers but never holds ``send`` back.
 """
@@ -21,6 +23,7 @@ from collections import deque
 from typing import Iterator
 
 from . import proto
+from .inflight import MESSAGE_OVERHEAD, InflightLedger
 
 FETCH_SLICE = 10_000
 
@@ -34,6 +37,7 @@ class ProducerState:
         min_acks: int = 1,
         max_unacked: int = 1_000_000,
         max_unacked_bytes: int = 128 * 1024 * 1024,
+        fetch_inflight_bytes: int = 32 * 1024 * 1024,
     ) -> None:
         self.address = address
         self.topic = topic
@@ -49,7 +53,10 @@ class ProducerState:
         self.released = -1  # every sequence <= released is acked by min_acks stores
         self.store_acks: dict[str, int] = {}
         self.malformed = 0
-        self._answers: deque[list] = deque()  # pending FETCH answers: [requester, next, end]
+        self.ledger = InflightLedger(fetch_inflight_bytes)
+        # FETCH answers in progress, one per requester, served in turn: requester -> [next, end]
+        self._answers: dict[str, list[int]] = {}
+        self._turns: deque[str] = deque()
 
     # -- publishing ---------------------------------------------------------
 
@@ -131,34 +138,66 @@ class ProducerState:
     # -- fetch --------------------------------------------------------------
 
     def on_fetch(self, msg: proto.FetchMsg) -> None:
-        """Queue DIRECT-RECORD answers for the part of the range we still hold."""
+        """Queue DIRECT-RECORD answers for the part of the range we still hold,
+        in place of whatever this requester asked before."""
         if msg.topic != self.address or msg.subject != self.topic or msg.count == 0:
             return
         if "\0" in msg.address:
             self.malformed += 1  # its answers could not be addressed
             return
+        requester = msg.address
+        self.ledger.received_below(requester, self.topic, msg.sequence)
         start = max(msg.sequence, self.base)
         end = min(msg.sequence + msg.count, self.next_seq)
-        if start < end:
-            self._answers.append([msg.address, start, end])
+        if start >= end:
+            self._answers.pop(requester, None)
+            return
+        if requester not in self._turns:
+            self._turns.append(requester)
+        self._answers[requester] = [start, end]
+
+    def on_subscription(self, sub: proto.Subscription) -> bool:
+        """A (un)subscription seen on the data socket; True if it asks for a
+        HEAD now.  A requester whose pipe went away gets no more answers."""
+        if sub.msg_id == proto.DIRECT_RECORD and sub.topic:
+            self.ledger.listening(sub.topic, sub.subscribe)
+            if not sub.subscribe:
+                self._answers.pop(sub.topic, None)
+        return sub.subscribe and self.wants_head_for(sub)
 
     @property
     def answering(self) -> bool:
         return bool(self._answers)
 
     def fetch_answers(self, budget: int = FETCH_SLICE) -> Iterator[tuple[bytes, bytes]]:
-        """Up to ``budget`` DIRECT-RECORD frames from the queued answers."""
-        while budget > 0 and self._answers:
-            job = self._answers[0]
-            requester, seq, end = job
-            prefix = proto.record_prefix(proto.DIRECT_RECORD, requester, self.address, self.topic)
-            seq = max(seq, self.base)  # records may have been released meanwhile
-            stop = min(end, seq + budget, self.base + len(self.buffer))
-            buffer, base = self.buffer, self.base
-            for s in range(seq, stop):
-                yield prefix + s.to_bytes(8, "big"), buffer[s - base]
-            budget -= max(0, stop - seq)
-            if stop >= end or stop >= self.base + len(self.buffer):
-                self._answers.popleft()
+        """Up to ``budget`` DIRECT-RECORD frames from the queued answers, taking
+        the requesters in turn; a requester whose in-flight budget is spent
+        waits for its next FETCH."""
+        turns, answers, ledger = self._turns, self._answers, self.ledger
+        for _ in range(len(turns)):
+            if budget <= 0:
+                return
+            requester = turns.popleft()
+            job = answers.get(requester)
+            if job is None:
+                continue  # answered, superseded by nothing, or its requester left
+            room = ledger.room(requester)
+            seq = max(job[0], self.base)  # records may have been released meanwhile
+            stop = min(job[1], self.base + len(self.buffer))
+            if room > 0 and seq < stop:
+                prefix = proto.record_prefix(proto.DIRECT_RECORD, requester, self.address, self.topic)
+                per_message = len(prefix) + 8 + MESSAGE_OVERHEAD
+                buffer, base = self.buffer, self.base
+                first, spent = seq, 0
+                while seq < stop and budget > 0 and spent < room:
+                    content = buffer[seq - base]
+                    yield prefix + seq.to_bytes(8, "big"), content
+                    spent += per_message + len(content)
+                    seq += 1
+                    budget -= 1
+                ledger.sent(requester, self.topic, first, seq, spent)
+            if seq >= stop:
+                del answers[requester]
             else:
-                job[1] = stop
+                job[0] = seq
+                turns.append(requester)

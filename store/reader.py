@@ -18,7 +18,10 @@ reference.
   only one a DIRECT-RECORD matches) instead of silently losing records; an
   answer that cannot move for :data:`STALL_TIMEOUT` seconds is abandoned (the
   requester retries).  A newer FETCH from the same requester for the same
-  partition replaces the answer in progress.
+  partition replaces the answer in progress.  Each requester may have at most
+  ``store/fetch_inflight_bytes`` of answers in flight (:mod:`dafka.inflight`):
+  beyond that its answers pause until its next FETCH shows what arrived, so a
+  requester that asks and never reads costs a bounded amount of memory.
 * GET-HEADS and each subject of a CONSUMER-HELLO: a DIRECT-HEAD per partition
   of exactly that subject (the reference matches a prefix: ``hello`` also
   answered ``hello2``).
@@ -36,6 +39,7 @@ import zmq
 
 from dafka import proto
 from dafka.config import Config
+from dafka.inflight import MESSAGE_OVERHEAD, InflightLedger
 from dafka.loop import Loop
 from dafka.peer import raw_send
 
@@ -47,8 +51,9 @@ log = logging.getLogger(__name__)
 
 SLICE = 10_000  # records sent per loop iteration, across all answers
 DRAIN = 10_000  # requests handled per wake-up
-STALL_TIMEOUT = 10.0  # seconds an answer may wait for room before it is dropped
-_STALL_POLL = 0.005  # seconds between attempts while every answer waits for room
+STALL_TIMEOUT = 10.0  # seconds an answer may wait for room (pipe or budget) before it is dropped
+_STALL_POLL = 0.005  # seconds between attempts while every answer waits for room in a pipe
+_PAUSE_CHECK = 1.0  # seconds between looks at answers paused by the budget (only to drop old ones)
 
 _SNDMORE_NOBLOCK = zmq.SNDMORE | zmq.NOBLOCK
 
@@ -56,14 +61,15 @@ _SNDMORE_NOBLOCK = zmq.SNDMORE | zmq.NOBLOCK
 class _Answer:
     """One FETCH being answered."""
 
-    __slots__ = ("key", "requester", "subject", "producer", "prefix", "out_prefix", "seq", "left",
-                 "it", "carry", "first", "stalled_since", "done")
+    __slots__ = ("key", "requester", "subject", "producer", "partition", "prefix", "out_prefix", "seq", "left",
+                 "it", "carry", "first", "stalled_since", "paused_since", "done")
 
     def __init__(self, requester: str, subject: str, producer: str, seq: int, count: int) -> None:
         self.key = (requester, subject, producer)
         self.requester = requester
         self.subject = subject
         self.producer = producer
+        self.partition = (subject, producer)
         self.prefix = keys.partition_prefix(keys.RECORD, subject, producer)
         self.out_prefix = proto.record_prefix(proto.DIRECT_RECORD, requester, producer, subject)
         self.seq = seq
@@ -71,7 +77,8 @@ class _Answer:
         self.it = None
         self.carry: list[list[bytes]] = []  # messages taken from the iterator but not sent yet
         self.first = True
-        self.stalled_since: float | None = None
+        self.stalled_since: float | None = None  # its requester's pipe is full
+        self.paused_since: float | None = None  # its requester's budget is spent
         self.done = False
 
     def close(self) -> None:
@@ -79,6 +86,13 @@ class _Answer:
         if self.it is not None:
             self.it.close()
             self.it = None
+
+
+def _waiting_since(answer: _Answer, now: float) -> float:
+    """Since when ``answer`` waits for room in its requester's pipe or budget (``now``: it does not)."""
+    if answer.stalled_since is not None:
+        return answer.stalled_since
+    return answer.paused_since if answer.paused_since is not None else now
 
 
 class Reader(RoleThread):
@@ -108,6 +122,7 @@ class Reader(RoleThread):
         super().__init__(ctx, config, self._xpub, self._sub, address, name)
         self._answers: deque[_Answer] = deque()
         self._by_key: dict[tuple[str, str, str], _Answer] = {}
+        self._ledger = InflightLedger(config["store/fetch_inflight_bytes"])
         # counters
         self.malformed = 0
         self.fetches = 0  # FETCHes answered (at least one record or tail)
@@ -116,6 +131,7 @@ class Reader(RoleThread):
         self.heads_sent = 0
         self.hellos_sent = 0
         self.dropped = 0  # answers abandoned or messages not sent for lack of room
+        self.paused = 0  # times an answer paused on its requester's budget
 
     # -- the thread -----------------------------------------------------------
 
@@ -127,12 +143,7 @@ class Reader(RoleThread):
         loop.add_reader(self._wake, self._on_wake)
         try:
             while not self._stopping:
-                if not self._answers:
-                    timeout = None
-                elif any(a.stalled_since is None for a in self._answers):
-                    timeout = 0.0
-                else:
-                    timeout = _STALL_POLL
+                timeout = self._wait_for_answers()
                 loop.run_once(timeout)
                 if self._answers and not self._stopping:
                     with self._shared.lock:
@@ -148,6 +159,21 @@ class Reader(RoleThread):
             self._by_key.clear()
             for sock in (self._sub, self._xpub, self._wake):
                 sock.close()
+
+    def _wait_for_answers(self) -> float | None:
+        """How long the loop may wait: not at all while an answer can move; a
+        little while one waits for room in a pipe (libzmq does not say when
+        there is some); only to drop old ones while all wait for their
+        requester's next FETCH, which wakes the loop itself."""
+        if not self._answers:
+            return None
+        timeout = _PAUSE_CHECK
+        for answer in self._answers:
+            if answer.stalled_since is None and answer.paused_since is None:
+                return 0.0
+            if answer.stalled_since is not None:
+                timeout = _STALL_POLL
+        return timeout
 
     def _on_sub(self, sock: zmq.Socket) -> None:
         for _ in range(DRAIN):
@@ -183,6 +209,9 @@ class Reader(RoleThread):
                 self.malformed += 1
                 log.debug("store reader %s dropped a malformed subscription frame: %s", self.address, exc)
                 continue
+            if sub.msg_id == proto.DIRECT_RECORD and sub.topic:
+                self._ledger.listening(sub.topic, sub.subscribe)
+                continue
             if sub.subscribe and sub.msg_id == proto.STORE_HELLO and sub.topic:
                 try:
                     frames = proto.encode(proto.StoreHelloMsg(sub.topic, self.address))
@@ -202,6 +231,11 @@ class Reader(RoleThread):
         except zmq.Again:
             self.dropped += 1
             return False
+
+    @property
+    def inflight_bytes(self) -> int:
+        """Answer bytes sent and not yet shown received, every requester together."""
+        return self._ledger.total()
 
     @property
     def _db(self) -> plyvel.DB:
@@ -262,6 +296,7 @@ class Reader(RoleThread):
         except ValueError:  # a requester address the wire cannot carry back
             self.malformed += 1
             return
+        self._ledger.received_below(msg.address, answer.partition, msg.sequence)
         with self._shared.lock:
             if not self._db_ready():
                 return
@@ -291,7 +326,7 @@ class Reader(RoleThread):
                 answer.close()
                 if self._by_key.get(answer.key) is answer:
                     del self._by_key[answer.key]
-            elif answer.stalled_since is not None and now - answer.stalled_since > STALL_TIMEOUT:
+            elif now - _waiting_since(answer, now) > STALL_TIMEOUT:
                 log.warning(
                     "store reader %s: %s has not read its answer for %.0f s; dropped the rest of it",
                     self.address, answer.requester, STALL_TIMEOUT,
@@ -311,6 +346,13 @@ class Reader(RoleThread):
         it = answer.it
         if it is None or answer.left <= 0:
             return sent, True
+        room = self._ledger.room(answer.requester)
+        if room <= 0:
+            if answer.paused_since is None:
+                answer.paused_since = time.monotonic()
+                self.paused += 1
+            return sent, False
+        answer.paused_since = None
         out_prefix = answer.out_prefix
         if answer.first:
             answer.first = False
@@ -334,29 +376,41 @@ class Reader(RoleThread):
                 return sent, False
             if answer.left <= 0:
                 return sent, True
-        if sent >= budget:
+            room = self._ledger.room(answer.requester)
+        if sent >= budget or room <= 0:
             return sent, False
         xpub = self._xpub
         send_rest = self._send_rest
+        per_message = len(out_prefix) + keys.SEQ_BYTES + MESSAGE_OVERHEAD
         left = answer.left
+        spent = 0
+        first_seq8 = last_seq8 = None
         for key, value in it:
-            frame = out_prefix + key[-8:]
+            seq8 = key[-8:]
+            frame = out_prefix + seq8
             try:
                 raw_send(xpub, frame, _SNDMORE_NOBLOCK)
             except zmq.Again:
-                answer.carry.append([frame, value])
-                answer.left = left - 1
+                answer.carry.append([frame, value])  # taken from the iterator: sent (and charged) later
                 answer.stalled_since = time.monotonic()
-                return sent, False
+                left -= 1
+                break
             send_rest(value)
+            if first_seq8 is None:
+                first_seq8 = seq8
+            last_seq8 = seq8
+            spent += per_message + len(value)
             sent += 1
             left -= 1
-            if left <= 0 or sent >= budget:
+            if left <= 0 or sent >= budget or spent >= room:
                 break
         else:
             left = 0  # no more records in the partition
         answer.left = left
-        return sent, left <= 0
+        if first_seq8 is not None:
+            self._ledger.sent(answer.requester, answer.partition, keys.seq_of(first_seq8),
+                              keys.seq_of(last_seq8) + 1, spent)
+        return sent, left <= 0 and not answer.carry
 
     def _flush_carry(self, answer: _Answer) -> int:
         """Send what was taken from the iterator but not sent; returns the
@@ -371,6 +425,9 @@ class Reader(RoleThread):
                     send(frames[0], _SNDMORE_NOBLOCK)
                     self._send_rest(frames[1])
                     sent += 1
+                    seq = keys.seq_of(frames[0][-8:])
+                    self._ledger.sent(answer.requester, answer.partition, seq, seq + 1,
+                                      len(frames[0]) + len(frames[1]) + MESSAGE_OVERHEAD)
                 else:
                     send(frames[0], zmq.NOBLOCK)
             except zmq.Again:

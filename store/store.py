@@ -164,6 +164,8 @@ class Store:
             "heads_sent": r.heads_sent,
             "hellos_sent": r.hellos_sent,
             "answers_dropped": r.dropped,
+            "answers_paused": r.paused,
+            "inflight_bytes": r.inflight_bytes,
             "malformed": s.malformed + r.malformed,
             "writer_malformed": s.malformed,
             "reader_malformed": r.malformed,

@@ -32,12 +32,14 @@ from __future__ import annotations
 import logging
 
 from dafka import proto
+from dafka.inflight import fetch_window, mean_size
 
 from . import keys
 
 log = logging.getLogger(__name__)
 
 FETCH_CHUNK = 100_000  # at most this many records asked for in one FETCH
+FETCH_MAX_BYTES = 8 * 1024 * 1024  # ...and about this much (see dafka.inflight)
 MAX_BUFFERED = 100_000  # out-of-order records kept per partition
 
 
@@ -47,7 +49,7 @@ class Partition:
         "head", "written", "known_head", "pending",
         "fetch_seq", "fetch_end", "fetched_at", "progress_at", "tick_head", "tail_hint",
         "batch_first", "batch_bytes", "stamp_first", "stamp_last", "stamp_start_ms", "stamp_bytes",
-        "total_bytes",
+        "total_bytes", "record_size",
     )
 
     def __init__(self, subject: str, address: str, head: int = -1) -> None:
@@ -74,6 +76,7 @@ class Partition:
         self.stamp_start_ms = 0
         self.stamp_bytes = 0
         self.total_bytes = 0  # content bytes stored (exact only when loaded from stamps)
+        self.record_size = -1  # estimated content size, sampled from the open batch when fetching
 
     def __repr__(self) -> str:
         return f"<Partition {self.subject}/{self.address} head={self.head} written={self.written}>"
@@ -284,7 +287,9 @@ class WriterState:
         end = p.known_head
         if p.pending:
             end = min(end, min(p.pending) - 1)  # no need to ask for what is buffered
-        count = min(end - p.head, self.fetch_chunk)
+        if p.batch_first >= 0:
+            p.record_size = mean_size(p.record_size, p.batch_bytes // (p.head - p.batch_first + 1))
+        count = min(end - p.head, self.fetch_chunk, fetch_window(FETCH_MAX_BYTES, p.record_size))
         self.out.append(proto.encode(proto.FetchMsg(p.address, self.address, p.subject, start, count)))
         self.fetches_sent += 1
         p.fetch_seq = start

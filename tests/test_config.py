@@ -56,9 +56,12 @@ EXPECTED_DEFAULTS = {
     "producer/max_record_bytes": 1048576,
     "producer/send_timeout": 60000,
     "producer/close_timeout": 30000,
+    "producer/fetch_inflight_bytes": 32 * 1024 * 1024,
+    "consumer/fetch_max_bytes": 8 * 1024 * 1024,
     "consumer/fetch_retry": 1000,
     "consumer/max_buffered": 100000,
     "store/sync": False,
+    "store/fetch_inflight_bytes": 32 * 1024 * 1024,
     "store/retention/ms": -1,
     "store/retention/bytes": -1,
 }

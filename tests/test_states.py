@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from dafka import proto
 from dafka.consumer_state import FETCH_CHUNK, ConsumerState
+from dafka.inflight import fetch_window
 from dafka.producer_state import ProducerState
 
 P = "P" * 32
@@ -175,7 +176,7 @@ def test_unanswered_fetch_is_retried():
 
 
 def test_big_gap_is_fetched_in_chunks():
-    state = ConsumerState(ME, reset="earliest")
+    state = ConsumerState(ME, reset="earliest", fetch_max_bytes=1 << 40)
     state.subscribe("t")
     state.out.clear()
     state.on_frames(proto.encode(proto.HeadMsg("t", P, "t", FETCH_CHUNK + 10)))
@@ -185,6 +186,23 @@ def test_big_gap_is_fetched_in_chunks():
         state.on_record_frames(*record(seq, b"x", direct=True))
     [second] = fetches(state)
     assert (second.sequence, second.count) == (FETCH_CHUNK, 11)
+
+
+def test_fetch_windows_are_sized_in_bytes_from_the_records_seen():
+    """A FETCH asks for about consumer/fetch_max_bytes: sized with a guess
+    first, then with the size of the records received."""
+    budget = 1_000_000
+    state = ConsumerState(ME, reset="earliest", fetch_max_bytes=budget)
+    state.subscribe("t")
+    state.out.clear()
+    state.on_frames(proto.encode(proto.HeadMsg("t", P, "t", 50_000)))
+    [first] = fetches(state)
+    assert (first.sequence, first.count) == (0, fetch_window(budget, -1))
+    for seq in range(first.count):
+        state.on_record_frames(*record(seq, b"x" * 5000, direct=True))
+    [second] = fetches(state)
+    assert (second.sequence, second.count) == (first.count, fetch_window(budget, 5000))
+    assert second.count * 5000 <= budget < (second.count + 1) * (5000 + 256)
 
 
 def test_direct_tail_skips_deleted_records():

@@ -393,6 +393,43 @@ def test_a_slow_requester_is_held_back_not_dropped(tower, make_store, raw_peer, 
     assert store.stats()["answers_dropped"] == 0
 
 
+def test_a_requester_gets_one_budget_of_answers_until_it_shows_progress(tower, make_store, raw_peer, tmp_path):
+    """store/fetch_inflight_bytes: what a requester has not shown received
+    (by FETCHing further) bounds what the reader queues for it; asking again
+    from the same place gets nothing more; asking onward gets the rest."""
+    db = plyvel.DB(str(tmp_path / "db"), create_if_missing=True)
+    with db.write_batch() as wb:
+        for seq in range(2_000):
+            wb.put(keys.record_key("budget", "P" * 32, seq), b"%04d" % seq + b"v" * 996)
+        wb.put(keys.head_key("budget", "P" * 32), (1_999).to_bytes(8, "big"))
+    db.close()
+    budget = 200_000
+    store = make_store(store__fetch_inflight_bytes=budget)
+    peer = raw_peer
+    peer.listen(store.reader_endpoint)
+    assert peer.receive(limit=5)[:1] == [proto.StoreHelloMsg(peer.address, store.reader_address)]
+    peer.wait_subscribed(b"\x01F")
+    fetch = lambda seq: peer.send(proto.encode(proto.FetchMsg("P" * 32, peer.address, "budget", seq, 2_000 - seq)))
+
+    fetch(0)
+    first = [m.sequence for m in peer.receive()]
+    per_record = 1_000 + len(proto.record_prefix(proto.DIRECT_RECORD, peer.address, "P" * 32, "budget")) + 8 + 192
+    assert first == list(range(len(first)))
+    assert budget // per_record <= len(first) <= budget // per_record + 1
+    assert store.stats()["answers_paused"] >= 1
+    fetch(0)  # no progress shown: the answer starts over, with no room left
+    assert peer.receive() == []
+
+    got = first
+    while got[-1] < 1_999:
+        fetch(got[-1] + 1)
+        more = [m.sequence for m in peer.receive()]
+        assert more and len(more) <= budget // per_record + 1
+        got += more
+    assert got == list(range(2_000))
+    assert store.stats()["answers_dropped"] == 0
+
+
 def test_write_failure_stops_acks_until_the_database_recovers(make_store, make_producer, make_consumer, monkeypatch):
     store = make_store()
     producer = make_producer("disk")

@@ -125,21 +125,11 @@ def endpoint_of(tower, address: str) -> str:
     return wait_for(lambda: tower.peers().get(address), 10, what=f"{address} in the tower")
 
 
-BUG_IDLE_REQUESTER = (
-    "PRODUCT BUG (resource bound; store/reader.py Reader._on_fetch/_serve and dafka/producer_state.py "
-    "ProducerState.on_fetch): with the default */high_watermark of 1,000,000 messages, every FETCH is answered "
-    "in full into the requester's pipe, and a requester that subscribes but never reads makes the peer queue "
-    "up to a million messages for it (~75 MiB per 200,000 records of 100 bytes); repeated FETCHes multiply it "
-    "(the producer answers each one again, the store restarts a superseded answer from the start while the old "
-    "one stays queued): a handful of idle requesters grows a store or producer by GiBs"
-)
-
 VARIANTS = [
     # (name, idle requesters, reading requesters, phantom requesters, */high_watermark override)
     pytest.param("1000 phantom requesters", 0, 1, 1000, None, id="phantoms"),
     pytest.param("4 idle + 500 phantom requesters, hwm 10000", 4, 1, 500, 10_000, id="idle-requesters-small-hwm"),
-    pytest.param("4 idle requesters, default hwm", 4, 1, 0, None, id="idle-requesters-default-hwm",
-                 marks=pytest.mark.xfail(strict=True, reason=BUG_IDLE_REQUESTER)),
+    pytest.param("4 idle requesters, default hwm", 4, 1, 0, None, id="idle-requesters-default-hwm"),
 ]
 
 
