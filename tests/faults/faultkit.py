@@ -202,9 +202,8 @@ class Cluster:
         self.roles.append(role)
         return role
 
-    def tower(self, name: str, sub_port: int, pub_port: int) -> Role:
-        role = self._start("tower", name, ["--sub", f"tcp://127.0.0.1:{sub_port}",
-                                           "--pub", f"tcp://127.0.0.1:{pub_port}"])
+    def tower(self, name: str, sub_port: int, pub_port: int, *, host: str = "127.0.0.1") -> Role:
+        role = self._start("tower", name, ["--sub", f"tcp://{host}:{sub_port}", "--pub", f"tcp://{host}:{pub_port}"])
         role.wait_ready()
         return role
 
