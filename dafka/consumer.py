@@ -76,7 +76,7 @@ class Consumer:
         self._loop = Loop()
         self._loop.add_reader(self._sub, self._on_sub)
         self._loop.add_reader(self._xpub, self._on_subscriptions)
-        self._loop.add_reader(self._data.beacon.events, self._links.on_beacon)
+        self._loop.add_reader(self._data.beacon.events, self._on_beacon)
         self._loop.call_every(_TICK, self._tick)
         self._data.beacon.start()
         if topics:
@@ -217,6 +217,10 @@ class Consumer:
             for frames in out:
                 self._xpub.send_multipart(frames)
             out.clear()
+
+    def _on_beacon(self, pipe: zmq.Socket) -> None:
+        if self._links.on_beacon(pipe):
+            self._state.peers_gone()
 
     def _tick(self) -> None:
         self._state.tick(time.monotonic())

@@ -85,7 +85,7 @@ class ConsumerState:
         if topic in self.topics:
             return []
         self.topics.append(topic)
-        if self.earliest:
+        if self._asks_heads(topic):
             self.out.append(proto.encode(proto.GetHeadsMsg(topic, self.address)))
         return [proto.subscription(proto.RECORD, topic, exact=True), proto.subscription(proto.HEAD, topic, exact=True)]
 
@@ -96,9 +96,24 @@ class ConsumerState:
             for msg_id in (proto.DIRECT_RECORD, proto.DIRECT_HEAD, proto.STORE_HELLO, proto.DIRECT_TAIL)
         ]
 
+    def _asks_heads(self, topic: str) -> bool:
+        """Whether stores should tell us ``topic``'s heads: always from the
+        earliest offset; with ``latest`` only for partitions we have a
+        position for (an offsets file), whose producers may be gone."""
+        return self.earliest or any(t == topic for t, _ in self._positions) or any(
+            t == topic for t, _ in self.partitions)
+
     def _hello(self, reader: str) -> None:
-        subjects = tuple(self.topics) if self.earliest else ()
+        subjects = tuple(t for t in self.topics if self._asks_heads(t))
         self.out.append(proto.encode(proto.ConsumerHelloMsg(reader, self.address, subjects)))
+
+    def peers_gone(self) -> None:
+        """Some peer left (its beacon expired).  If it was a producer, its
+        last records and HEADs may all have been lost on the way to us, and
+        nothing it sends will tell us any more: ask the stores for the heads."""
+        for topic in self.topics:
+            if self._asks_heads(topic):
+                self.out.append(proto.encode(proto.GetHeadsMsg(topic, self.address)))
 
     def on_subscription(self, frame: bytes) -> None:
         """A subscription seen on our XPUB: a store reader that subscribes to
@@ -137,6 +152,11 @@ class ConsumerState:
         out = dict(self._positions)
         out.update({key: p.next for key, p in self.partitions.items()})
         return out
+
+    def _knows(self, topic: str, address: str) -> bool:
+        """Whether a store's DIRECT-HEAD may open this partition."""
+        key = (topic, address)
+        return self.earliest or key in self.partitions or key in self._positions
 
     def _partition(self, topic: str, address: str, seq: int) -> Partition:
         key = (topic, address)
@@ -194,6 +214,8 @@ class ConsumerState:
         elif kind is proto.HeadMsg or kind is proto.DirectHeadMsg:
             if msg.subject not in self.topics or (kind is proto.DirectHeadMsg and msg.topic != self.address):
                 return
+            if kind is proto.DirectHeadMsg and not self._knows(msg.subject, msg.address):
+                return  # a store's head of a partition a ``latest`` consumer never met: not ours to start
             p = self._partition(msg.subject, msg.address, msg.sequence)
             if msg.sequence > p.head:
                 p.head = msg.sequence

@@ -114,15 +114,18 @@ class PeerLinks:
     def __len__(self) -> int:
         return len(self.endpoints)
 
-    def on_beacon(self, pipe: zmq.Socket) -> None:
-        """A loop handler for the beacon's event pipe."""
+    def on_beacon(self, pipe: zmq.Socket) -> int:
+        """A loop handler for the beacon's event pipe; returns how many peers went away."""
+        gone = 0
         for event in Beacon.read_events(pipe):
             if event.kind == CONNECT:
                 if event.endpoint not in self.endpoints and connect(self.sock, event.endpoint):
                     self.endpoints.add(event.endpoint)
             elif event.endpoint in self.endpoints:
                 self.endpoints.discard(event.endpoint)
+                gone += 1
                 try:
                     self.sock.disconnect(event.endpoint)
                 except zmq.ZMQError:
                     pass  # already gone
+        return gone

@@ -291,3 +291,51 @@ def test_retry_waits_while_answers_make_progress():
     state.tick(5.0)  # nothing for 2.5 s
     [again] = fetches(state)
     assert again.sequence == 5
+
+
+def get_heads(state):
+    out = [proto.decode(f) for f in state.out]
+    state.out.clear()
+    return [m.topic for m in out if type(m) is proto.GetHeadsMsg]
+
+
+def direct_head(seq, address=P):
+    return proto.encode(proto.DirectHeadMsg(ME, address, "t", seq))
+
+
+def test_a_peer_leaving_makes_the_consumer_ask_the_stores_for_heads():
+    """A producer's last records and HEADs can all be lost; once it has gone
+    nothing it sends will show the gap, but a store may hold the records."""
+    state = ConsumerState(ME, reset="latest")
+    state.subscribe("t")
+    assert get_heads(state) == []  # latest: no partition of ours yet
+    state.peers_gone()
+    assert get_heads(state) == []
+    state.on_record_frames(*record(5))  # meets the partition live
+    assert delivered(state) == [(5, b"5")]
+    state.peers_gone()
+    assert get_heads(state) == ["t"]
+    state.on_frames(direct_head(9))  # the store holds 6..9 that never arrived here
+    [fetch] = fetches(state)
+    assert (fetch.sequence, fetch.count) == (6, 4)
+
+
+def test_a_latest_consumer_ignores_store_heads_of_partitions_it_never_met():
+    state = ConsumerState(ME, reset="latest")
+    state.subscribe("t")
+    state.on_frames(direct_head(9, address="Q" * 32))
+    assert not state.partitions and fetches(state) == []
+
+
+def test_a_latest_consumer_with_saved_positions_asks_the_stores_for_heads():
+    """Its producers may be gone: only stores can tell it what came after
+    the position it saved."""
+    state = ConsumerState(ME, reset="latest", positions={("t", P): 3})
+    state.subscribe("t")
+    assert get_heads(state) == ["t"]
+    state.on_frames(direct_head(9))
+    [fetch] = fetches(state)
+    assert (fetch.sequence, fetch.count) == (3, 7)
+    state.on_frames(proto.encode(proto.StoreHelloMsg(ME, "R" * 32)))
+    [hello] = [proto.decode(f) for f in state.out]
+    assert hello.subjects == ("t",)

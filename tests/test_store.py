@@ -578,3 +578,34 @@ def test_get_heads_with_an_empty_subject_lists_every_topic(tower, tmp_path):
     finally:
         peer.close()
         store.stop()
+
+
+def test_a_consumer_gets_records_it_missed_from_a_producer_that_left(tower, make_store, tmp_path):
+    """The producer's last record and its HEADs never reached the consumer,
+    then the producer left: nothing it sends can show the gap any more, so
+    when its beacon expires the consumer asks the stores for the heads."""
+    from rawpeer import RawPeer
+
+    P = "A" * 32
+    db = plyvel.DB(str(tmp_path / "db"), create_if_missing=True)
+    with db.write_batch() as wb:
+        for seq in range(10):
+            wb.put(keys.record_key("tail", P, seq), payload(seq))
+        wb.put(keys.head_key("tail", P), (9).to_bytes(8, "big"))
+    db.close()
+    store = make_store()
+    consumer = Consumer("tail", config=loopback_config(tower, beacon__timeout=800))
+    producer = RawPeer(tower, P, [])
+    try:
+        producer.wait_subscribed(b"Mtail\0", also=lambda: consumer.poll(0.005))
+        for seq in range(9):  # record 9 is "lost" on the way: only the store has it
+            producer.send(proto.RecordMsg("tail", P, "tail", seq, payload(seq)))
+        got = [consumer.poll(5) for _ in range(9)]
+        assert [r.offset for r in got] == list(range(9))
+        wait_for(lambda: store.stats()["reader_peers"] >= 2, 10, what="the store reader connects to the consumer")
+        producer.close()
+        last = consumer.poll(10)
+        assert last is not None and (last.offset, last.value) == (9, payload(9))
+    finally:
+        producer.close()
+        consumer.close()
