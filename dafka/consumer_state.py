@@ -27,7 +27,7 @@ FETCH_CHUNK = 100_000  # at most this many records asked for in one FETCH
 
 class Partition:
     __slots__ = ("topic", "address", "next", "head", "pending", "fetch_seq", "fetch_end", "fetched_at",
-                 "seen_next", "progress_at", "record_size")
+                 "seen_next", "progress_at", "record_size", "window_from", "window_bytes")
 
     def __init__(self, topic: str, address: str, next_offset: int) -> None:
         self.topic = topic
@@ -40,7 +40,9 @@ class Partition:
         self.fetched_at = float("-inf")
         self.seen_next = next_offset  # ``next`` at the last tick, to notice progress
         self.progress_at = float("-inf")
-        self.record_size = -1  # estimated content size, sampled at the end of fetched windows
+        self.record_size = -1  # estimated content size (-1: unknown), from what fetched windows brought
+        self.window_from = next_offset  # ``next`` when the last FETCH went out...
+        self.window_bytes = 0  # ...and the content bytes delivered since, below the head
 
     def forget_fetch(self) -> None:
         """Make the next :meth:`ConsumerState._request` go out whatever was asked before."""
@@ -143,7 +145,8 @@ class ConsumerState:
         if p is None:
             self._positions[(topic, partition)] = offset
             return
-        p.next = offset
+        p.next = p.window_from = offset
+        p.window_bytes = 0
         p.pending.clear()
         p.forget_fetch()
         self._request(p)
@@ -190,9 +193,10 @@ class ConsumerState:
             p.next = seq + 1
             if seq > p.head:
                 p.head = seq  # live traffic: nothing pending, nothing to fetch
-            elif p.pending or p.next >= p.fetch_end:
-                p.record_size = mean_size(p.record_size, len(content))
-                self._after_delivery(p, seq)
+            else:
+                p.window_bytes += len(content)
+                if p.pending or p.next >= p.fetch_end:
+                    self._after_delivery(p, seq)
         else:
             self._on_record(p, seq, content)
 
@@ -228,10 +232,12 @@ class ConsumerState:
                 self._on_tail(self._partition(msg.subject, msg.address, msg.sequence), msg.sequence)
 
     def _on_record(self, p: Partition, seq: int, content: bytes) -> None:
-        p.record_size = mean_size(p.record_size, len(content))
+        if p.record_size < 0:
+            p.record_size = len(content)
         if seq == p.next:
             self.ready.append(new_record(p.topic, p.address, seq, content))
             p.next = seq + 1
+            p.window_bytes += len(content)
             self._after_delivery(p, seq)
         elif seq > p.next:
             if seq > p.head:
@@ -247,7 +253,9 @@ class ConsumerState:
         if pending:
             nxt = p.next
             while nxt in pending:
-                self.ready.append(new_record(p.topic, p.address, nxt, pending.pop(nxt)))
+                content = pending.pop(nxt)
+                p.window_bytes += len(content)
+                self.ready.append(new_record(p.topic, p.address, nxt, content))
                 nxt += 1
             p.next = nxt
         if p.head >= p.next and p.next >= p.fetch_end:
@@ -261,7 +269,8 @@ class ConsumerState:
             self.address, p.topic, p.address, p.next, oldest - 1, oldest,
         )
         self.skipped += oldest - p.next
-        p.next = oldest
+        p.next = p.window_from = oldest
+        p.window_bytes = 0
         for stale in [s for s in p.pending if s < oldest]:
             del p.pending[stale]
         if oldest > p.head:
@@ -276,6 +285,10 @@ class ConsumerState:
             return
         if p.fetch_seq <= p.next < p.fetch_end and self.now - p.fetched_at < self.fetch_retry:
             return
+        delivered = p.next - p.window_from
+        if delivered > 0 and p.window_bytes:
+            p.record_size = mean_size(p.record_size, p.window_bytes // delivered)
+        p.window_from, p.window_bytes = p.next, 0
         count = min(p.head - p.next + 1, FETCH_CHUNK, fetch_window(self.fetch_max_bytes, p.record_size))
         self.out.append(proto.encode(proto.FetchMsg(p.address, self.address, p.topic, p.next, count)))
         p.fetch_seq = p.next

@@ -339,3 +339,23 @@ def test_a_latest_consumer_with_saved_positions_asks_the_stores_for_heads():
     state.on_frames(proto.encode(proto.StoreHelloMsg(ME, "R" * 32)))
     [hello] = [proto.decode(f) for f in state.out]
     assert hello.subjects == ("t",)
+
+
+def test_a_stalled_window_is_asked_again_with_the_size_of_what_it_brought():
+    """Records grew from 100 bytes to 100 kB in the middle of a window: the
+    retry asks for a window that fits fetch_max_bytes at the new size."""
+    budget = 1_000_000
+    state = ConsumerState(ME, reset="earliest", fetch_max_bytes=budget, fetch_retry=1.0)
+    state.subscribe("t")
+    state.out.clear()
+    state.on_frames(proto.encode(proto.HeadMsg("t", P, "t", 10_000)))
+    [first] = fetches(state)
+    for seq in range(100):
+        state.on_record_frames(*record(seq, b"s" * 100, direct=True))
+    for seq in range(100, 110):
+        state.on_record_frames(*record(seq, b"L" * 100_000, direct=True))
+    state.tick(0.5)
+    state.tick(2.0)  # no progress for fetch_retry: asked again
+    [again] = fetches(state)
+    average = (100 * 100 + 10 * 100_000) // 110
+    assert again.sequence == 110 and again.count == fetch_window(budget, average) < first.count // 5
