@@ -158,7 +158,10 @@ class Beacon:
     def stop(self, timeout: float = 2.0) -> None:
         if self._thread.is_alive():
             with self._control_lock:
-                self._control.send(b"$TERM")
+                try:
+                    self._control.send(b"$TERM", zmq.NOBLOCK)  # a thread that died has no end to read it
+                except zmq.Again:
+                    pass
             self._thread.join(timeout)
         self._control.close()
         self.events.close()

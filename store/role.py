@@ -60,7 +60,12 @@ class RoleThread:
         self._stopping = True
         if self._thread.is_alive():
             with self._waker_lock:
-                self._waker.send(b"")
+                try:
+                    # Never block: a thread that ended on its own meanwhile has
+                    # closed its end, and a blocking send would wait forever.
+                    self._waker.send(b"", zmq.NOBLOCK)
+                except zmq.Again:
+                    pass
             self._thread.join(timeout)
         ended = not self._thread.is_alive()
         self._data.close()

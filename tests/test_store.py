@@ -609,3 +609,29 @@ def test_a_consumer_gets_records_it_missed_from_a_producer_that_left(tower, make
     finally:
         producer.close()
         consumer.close()
+
+
+def test_stop_returns_when_the_thread_ends_on_its_own_at_the_same_moment(tower, ctx):
+    """Regression: stop() saw the thread alive, then did a blocking send on
+    the wake-up pipe; a thread that had meanwhile ended on its own timer (and
+    closed its end of the pipe) left stop() blocked forever: store.stop()
+    hung in about one run in seven of test_second_store_catches_up."""
+    from dafka.store.role import RoleThread
+
+    class EndsByItself(RoleThread):
+        def _run(self) -> None:
+            self._wake.close(0)  # its loop is over and its end of the pipe closed...
+            release.wait(5)  # ...but the thread is not dead yet when stop() looks
+
+    release = threading.Event()
+    role = EndsByItself(ctx, loopback_config(tower), ctx.socket(zmq.PUB), ctx.socket(zmq.SUB), new_address(), "t")
+    role.start()
+    time.sleep(0.2)
+    stopper = threading.Thread(target=role.stop, args=(10,), name="stopper", daemon=True)
+    stopper.start()
+    time.sleep(0.5)
+    release.set()
+    stopper.join(5)
+    assert not stopper.is_alive(), "stop() is blocked on the wake-up pipe"
+    for sock in (role._sub, role._data_sock):
+        sock.close(0)
