@@ -26,7 +26,10 @@ Where to read from (exactly one):
   the stores, so executors must reach the stores' endpoints.
 * ``path``: a store's LevelDB directory (a stopped store, a backup, a copy);
   every executor must see it at that path.  Fastest.  A directory held by a
-  running store is refused with an error naming the process.
+  running store is refused with an error naming the process.  Like any
+  LevelDB open, planning may rewrite the directory's table files: it lets
+  LevelDB finish the compaction a store stopped mid-write left pending (up to
+  10 s per query) instead of leaving every task to redo it.
 
 Other options:
 

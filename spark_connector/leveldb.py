@@ -13,6 +13,9 @@ different Python worker processes that are reused from task to task.  So:
   deletes it.  Tasks therefore run in parallel and never modify the source.
   Where hard links are impossible the task reads the directory itself, waiting
   for its turn (``lockTimeoutMs``);
+* planning, which opens the directory itself for a moment, first lets LevelDB
+  finish the compaction a store stopped mid-write leaves pending (see
+  :func:`settle`), so that the tasks' snapshots do not each start it again;
 * a directory locked by another process (a running store) gives a clear error
   naming that process;
 * LevelDB has a trap: a *second* open of a directory in the same process fails
@@ -21,8 +24,9 @@ different Python worker processes that are reused from task to task.  So:
   touching a directory we check ``/proc/locks`` and refuse if this very
   process holds it, and a process-wide registry keeps our own readers apart.
 
-Rows come out as Arrow record batches, built column-wise (offsets are decoded
-from the keys with numpy), which is several times faster than row tuples.
+Rows come out as Arrow record batches, built column-wise from the values
+alone where the offsets are known without the keys (see :func:`read_range`),
+which is several times faster than row tuples.
 """
 
 from __future__ import annotations
@@ -30,15 +34,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import gc
 import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from itertools import islice
 from typing import Iterator
 
 import numpy as np
@@ -47,12 +50,14 @@ import pyarrow as pa
 
 from dafka.store import keys
 
+from . import arrow
 from .options import DafkaSparkError, OptionError
 
 log = logging.getLogger(__name__)
 
-BATCH_ROWS = 65_536  # rows per Arrow batch
+BATCH_ROWS = 16_384  # rows per Arrow batch (bigger ones cost more page faults than they save)
 BATCH_BYTES = 32 * 1024 * 1024  # ...or fewer when the values are big
+FIRST_BATCH_ROWS = 256  # the size of the values is not known before the first batch
 SNAPSHOT_PREFIX = ".dafka-spark-snapshot-"
 
 _registry_lock = threading.Lock()
@@ -188,6 +193,67 @@ def open_db(path: str, timeout: float) -> Iterator[plyvel.DB]:
             yield db
         finally:
             db.close()
+
+
+# --------------------------------------------------------------------------
+# Compaction
+# --------------------------------------------------------------------------
+
+# When LevelDB compacts (version_set.cc of the LevelDB plyvel bundles): 4 files
+# in level 0, or 10 MiB in level 1 and ten times more in each level below it,
+# down to level 5 (level 6 is the last).
+L0_COMPACTION_TRIGGER = 4
+L1_MAX_BYTES = 10 * 1048576
+LAST_COMPACTED_LEVEL = 5
+SETTLE_TIMEOUT = 10.0  # longest wait for LevelDB's pending compaction at planning
+
+_LEVEL_RE = re.compile(r"^--- level (\d+) ---$")
+_FILE_RE = re.compile(r"^ \d+:(\d+)\[")
+
+
+def compaction_pending(db: plyvel.DB) -> bool:
+    """Would LevelDB compact ``db`` now (in its background thread)?  From the
+    table files per level (``leveldb.sstables``) and LevelDB's own triggers."""
+    counts: dict[int, int] = {}
+    sizes: dict[int, int] = {}
+    level = None
+    for line in (db.get_property(b"leveldb.sstables") or b"").decode("latin-1").splitlines():
+        header = _LEVEL_RE.match(line)
+        if header:
+            level = int(header.group(1))
+            continue
+        table = _FILE_RE.match(line)
+        if table and level is not None:
+            counts[level] = counts.get(level, 0) + 1
+            sizes[level] = sizes.get(level, 0) + int(table.group(1))
+    if counts.get(0, 0) >= L0_COMPACTION_TRIGGER:
+        return True
+    return any(sizes.get(level, 0) >= L1_MAX_BYTES * 10 ** (level - 1)
+               for level in range(1, LAST_COMPACTED_LEVEL + 1))
+
+
+def settle(db: plyvel.DB, path: str, timeout: float = SETTLE_TIMEOUT) -> bool:
+    """Let LevelDB finish compacting ``db`` (the directory itself, at
+    planning), waiting up to ``timeout`` seconds; returns whether it did.
+
+    A store stopped while it was writing leaves LevelDB work to do: a log to
+    turn into tables, too many tables in level 0.  Every open starts that
+    compaction in a background thread, and every close abandons it unfinished.
+    Without this, each task's snapshot would start it again and burn CPU on it
+    while its worker reads records (as much CPU as the reading itself, for
+    nothing); finished once here, it is done for every later snapshot and
+    query, as the store would have done had it kept running."""
+    if not compaction_pending(db):
+        return True
+    log.info("dafka.spark: letting LevelDB finish compacting %s (up to %.0f s)", path, timeout)
+    deadline = time.monotonic() + timeout
+    while compaction_pending(db):
+        if time.monotonic() >= deadline:
+            log.warning("dafka.spark: LevelDB is still compacting %s after %.0f s; reading it anyway",
+                        path, timeout)
+            return False
+        time.sleep(0.05)
+    return True
 
 
 # --------------------------------------------------------------------------
@@ -340,79 +406,71 @@ def _stamps(db: plyvel.DB, topic: str, partition: str, start: int, end: int):
 def timestamps(offsets: np.ndarray, stamps) -> pa.Array:
     """The receive time of each record, from the store's stamps (null where unknown)."""
     firsts, lasts, millis = stamps
-    n = len(offsets)
     if len(firsts) == 0:
-        return pa.nulls(n, type=pa.timestamp("us", tz="UTC"))
+        return arrow.null_timestamps(len(offsets))
     idx = np.searchsorted(firsts, offsets, side="right").astype(np.int64) - 1
     clipped = np.clip(idx, 0, None)
     known = (idx >= 0) & (offsets <= lasts[clipped])
-    micros = millis[clipped] * 1000
-    return pa.array(micros, type=pa.timestamp("us", tz="UTC"), mask=~known)
+    return arrow.timestamps(millis[clipped] * 1000, known)
+
+
+def _key(prefix: bytes, seq: int) -> bytes:
+    """The key of record ``seq`` under ``prefix``; past the last possible one,
+    the end of the partition (an exclusive ``stop``)."""
+    return prefix + keys.seq_bytes(seq) if seq < 2**64 else keys.prefix_end(prefix)
+
+
+def _first_at_or_after(db: plyvel.DB, prefix: bytes, start: int, end: int) -> int | None:
+    """The offset of the first record in ``start .. end-1``, if any."""
+    key = next(db.iterator(start=_key(prefix, start), stop=_key(prefix, end), include_value=False), None)
+    return None if key is None else keys.seq_of(key[-keys.SEQ_BYTES:])
+
+
+def _offsets_of(db: plyvel.DB, prefix: bytes, start: int, end: int, count: int) -> np.ndarray:
+    """The offsets of the ``count`` records in ``start .. end-1`` (a range with gaps)."""
+    found = list(db.iterator(start=_key(prefix, start), stop=_key(prefix, end), include_value=False))
+    key_len = len(prefix) + keys.SEQ_BYTES
+    if len(found) != count or any(len(k) != key_len for k in found):
+        raise DafkaSparkError(f"unexpected record keys under {prefix!r} in offsets {start}..{end - 1}: "
+                              "the database does not have the store's key layout")
+    raw = np.frombuffer(b"".join(found), dtype=np.uint8).reshape(count, key_len)
+    return raw[:, -keys.SEQ_BYTES:].copy().view(">u8").ravel().astype(np.uint64)
 
 
 def read_range(db: plyvel.DB, topic: str, partition: str, start: int, end: int,
                schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Records ``start .. end-1`` of one partition as Arrow batches of ``schema``
-    (topic, partition, offset, value, timestamp)."""
+    (topic, partition, offset, value, timestamp).
+
+    Python's cost per record is what limits a path read, so records are read
+    without their keys, one chunk of offsets ``first .. first+n-1`` at a time:
+    each key in that key range is the partition's prefix and one distinct
+    offset (the store's layout), so a chunk that yields ``n`` values holds
+    exactly those offsets.  Only a chunk with a gap in it (records deleted by
+    retention, a store that never got some) has its keys read as well, to know
+    which offsets it holds.  Nothing writes to the database meanwhile (a
+    private snapshot, or the directory under its lock), so both reads agree."""
     if end <= start:
         return
     prefix = keys.partition_prefix(keys.RECORD, topic, partition)
-    stop = prefix + keys.seq_bytes(end) if end < 2**64 else keys.prefix_end(prefix)
-    key_len = len(prefix) + keys.SEQ_BYTES
     stamps = _stamps(db, topic, partition, start, end)
-    topic_scalar = pa.scalar(topic, pa.string())
-    partition_scalar = pa.scalar(partition, pa.string())
-    it = db.iterator(start=prefix + keys.seq_bytes(start), stop=stop)
-    try:
-        rows = BATCH_ROWS
-        while True:
-            with _gc_paused():
-                batch = _next_batch(it, rows, key_len, stamps, topic_scalar, partition_scalar, schema)
-            if batch is None:
-                return
-            yield batch
-            # Keep batches near BATCH_BYTES whatever the record size.
-            size = batch.column(3).nbytes
-            if size > 0:
-                rows = int(max(1_000, min(BATCH_ROWS, batch.num_rows * BATCH_BYTES // size)))
-    finally:
-        it.close()
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Building a batch allocates ~2 objects per row that stay alive until the
-    batch is done; the collector would scan them again and again (4x slower).
-    They hold no reference cycles, so collection can wait."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _next_batch(it, rows: int, key_len: int, stamps, topic_scalar, partition_scalar,
-                schema: pa.Schema) -> pa.RecordBatch | None:
-    pairs = list(islice(it, rows))
-    if not pairs:
-        return None
-    ks, vs = zip(*pairs)
-    del pairs
-    n = len(ks)
-    raw = np.frombuffer(b"".join(ks), dtype=np.uint8).reshape(n, key_len)
-    del ks
-    offsets = raw[:, -keys.SEQ_BYTES:].copy().view(">u8").ravel().astype(np.uint64)
-    values = pa.array(vs, type=pa.binary())
-    del vs
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.repeat(topic_scalar, n),
-            pa.repeat(partition_scalar, n),
-            pa.array(offsets.astype(np.int64), type=pa.int64()),
-            values,
-            timestamps(offsets, stamps),
-        ],
-        schema=schema,
-    )
+    batches = arrow.Batches(schema, topic, partition)
+    rows = FIRST_BATCH_ROWS
+    position = start
+    while position < end:
+        first = _first_at_or_after(db, prefix, position, end)
+        if first is None:
+            return
+        stop = min(end, first + rows)
+        values = list(db.iterator(start=_key(prefix, first), stop=_key(prefix, stop), include_key=False))
+        if len(values) == stop - first:
+            offsets = np.arange(first, stop, dtype=np.uint64)
+        else:
+            offsets = _offsets_of(db, prefix, first, stop, len(values))
+        batch = batches.batch(offsets, values, timestamps(offsets, stamps))
+        del values
+        yield batch
+        position = stop
+        # Keep batches near BATCH_BYTES whatever the record size.
+        size = batch.column(3).nbytes
+        rows = BATCH_ROWS if size == 0 else int(min(BATCH_ROWS, max(1, batch.num_rows * BATCH_BYTES // size)))

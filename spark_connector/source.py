@@ -37,7 +37,7 @@ from pyspark.sql.types import BinaryType, LongType, StringType, StructField, Str
 
 from dafka.errors import FlushTimeout
 
-from . import leveldb, live
+from . import arrow, leveldb, live
 from .options import EARLIEST, LATEST, DafkaSparkError, Options, OptionError, parse
 
 try:  # PySpark >= 4.1
@@ -114,6 +114,7 @@ class Layout:
 
 def _layout_path(opts: Options, lock_timeout: float = PLANNING_LOCK_TIMEOUT) -> Layout:
     with leveldb.open_db(opts.path, min(lock_timeout, opts.timeout("lockTimeoutMs"))) as db:
+        leveldb.settle(db, opts.path)
         found = leveldb.partitions(db, opts.topic)
         layout = Layout({p: (i.tail, i.head + 1) for p, i in found.items()}, exact=True)
         if not found and opts.mode == "read":
@@ -183,24 +184,15 @@ def _read(opts: Options, schema: StructType, part: InputPartition) -> Iterator[p
         with leveldb.snapshot_db(opts.path, opts.timeout("lockTimeoutMs")) as db:
             yield from leveldb.read_range(db, part.topic, part.partition, part.start, part.end, arrow_schema)
         return
-    topic_scalar = pa.scalar(part.topic, pa.string())
-    partition_scalar = pa.scalar(part.partition, pa.string())
+    batches = arrow.Batches(arrow_schema, part.topic, part.partition)
     for first, contents in live.fetch_range(
         opts.config(), part.topic, part.partition, part.start, part.end,
         readers=part.readers, from_earliest=part.from_earliest, fail_on_data_loss=opts.fail_on_data_loss,
         tower_timeout=opts.timeout("towerTimeoutMs"), fetch_timeout=opts.timeout("fetchTimeoutMs"),
     ):
         n = len(contents)
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.repeat(topic_scalar, n),
-                pa.repeat(partition_scalar, n),
-                pa.array(np.arange(first, first + n, dtype=np.int64), type=pa.int64()),
-                pa.array(contents, type=pa.binary()),
-                pa.nulls(n, type=pa.timestamp("us", tz="UTC")),  # the protocol carries no time
-            ],
-            schema=arrow_schema,
-        )
+        # The protocol carries no receive time.
+        yield batches.batch(np.arange(first, first + n, dtype=np.int64), contents, arrow.null_timestamps(n))
 
 
 # --------------------------------------------------------------------------
