@@ -120,3 +120,40 @@ def test_a_known_partition_record_without_its_content_frame_is_counted_not_waite
     finally:
         consumer.close()
         peer.close()
+
+
+def test_consume_returns_batches_in_order_and_an_empty_list_after_its_timeout(tower):
+    config = loopback_config(tower, producer__min_acks=0, consumer__offset__reset="earliest")
+    with Producer("batch", config) as producer, \
+            Consumer("batch", config=config, value_deserializer=lambda v: int(v)) as consumer:
+        for i in range(1000):
+            producer.send(b"%d" % i)
+        got = []
+        while len(got) < 1000:
+            batch = consumer.consume(300, timeout=5)
+            assert 0 < len(batch) <= 300
+            got += batch
+        assert [r.offset for r in got] == list(range(1000)) and [r.value for r in got] == list(range(1000))
+        assert consumer.consume(10, timeout=0.2) == []
+        with pytest.raises(ValueError, match="max_records"):
+            consumer.consume(0)
+    with pytest.raises(Closed):
+        consumer.consume(1, timeout=0)
+
+
+def test_a_consumed_batch_is_committed_when_the_caller_comes_back(tower, tmp_path):
+    path = str(tmp_path / "offsets")
+    config = loopback_config(tower, producer__min_acks=0, consumer__offset__reset="earliest")
+    with Producer("batch2", config) as producer:
+        for i in range(100):
+            producer.send(b"%d" % i)
+        with Consumer("batch2", config=config, offsets_path=path) as first:
+            got = []
+            while len(got) < 60:
+                got += first.consume(60 - len(got), timeout=5)
+            assert [r.offset for r in got] == list(range(60))
+        with Consumer("batch2", config=config, offsets_path=path) as second:  # close committed the batch
+            rest = []
+            while len(rest) < 40:
+                rest += second.consume(100, timeout=5)
+            assert [r.offset for r in rest] == list(range(60, 100))
