@@ -20,7 +20,7 @@ from .consumer_state import ConsumerState
 from .errors import Closed
 from .loop import Loop
 from .offsets import OffsetJournal
-from .peer import ConfigLike, DataSocket, PeerLinks, as_config, new_address
+from .peer import ConfigLike, DataSocket, PeerLinks, as_config, drain_records, new_address
 from .records import Record
 
 log = logging.getLogger(__name__)
@@ -268,42 +268,10 @@ class Consumer:
         self._state.tick(time.monotonic())
 
     def _on_sub(self, sock: zmq.Socket) -> None:
-        # Frames are received as bytes: a zmq.Frame, only there for its
-        # ``more`` flag, costs 0.6 us a message and ``sock.rcvmore`` 1.3 us.
-        # A frame 1 that is byte for byte the header of a known partition's
-        # RECORD or DIRECT-RECORD is followed by its content, already here
-        # since messages are atomic: it is read without blocking, and its
-        # absence makes a malformed one-frame record (counted), never a wait.
-        # Every other message is rare and takes the slow path, which asks
-        # RCVMORE so that no frame of one message is taken for another's.
         state = self._state
         state.now = time.monotonic()
-        recv = sock.recv
-        known = state.record_prefixes.get
-        on_known = state.on_known_record
-        from_bytes = int.from_bytes
-        for _ in range(_BATCH):
-            try:
-                frame = recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            p = known(frame[:-8])
-            if p is None:
-                self._on_other_message(sock, frame)
-                continue
-            try:
-                content = recv(zmq.NOBLOCK)
-            except zmq.Again:
-                state.malformed += 1  # a one-frame RECORD
-                continue
-            on_known(p, from_bytes(frame[-8:], "big"), content)
-
-    def _on_other_message(self, sock: zmq.Socket, frame: bytes) -> None:
-        """Any message but a known partition's record: read all its frames, decode, handle."""
-        frames = [frame]
-        while sock.getsockopt(zmq.RCVMORE):
-            frames.append(sock.recv(zmq.NOBLOCK))
-        self._state.on_frames(frames)
+        drain_records(sock, _BATCH, state.record_prefixes.get, state.on_known_record_frames, state.on_frames,
+                      state.lone_header)
 
     def _on_subscriptions(self, sock: zmq.Socket) -> None:
         while True:

@@ -18,6 +18,7 @@ from collections import deque
 
 from . import proto
 from .inflight import fetch_window, mean_size
+from .intake import RecordIntake
 from .records import Record, new_record
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class Partition:
         self.fetched_at = float("-inf")
 
 
-class ConsumerState:
+class ConsumerState(RecordIntake):
     def __init__(
         self,
         address: str,
@@ -61,6 +62,7 @@ class ConsumerState:
         fetch_max_bytes: int = 8 * 1024 * 1024,
         positions: dict[tuple[str, str], int] | None = None,
     ) -> None:
+        super().__init__()
         if reset not in ("latest", "earliest"):
             raise ValueError(f"consumer/offset/reset must be 'latest' or 'earliest', not {reset!r}")
         self.address = address
@@ -70,13 +72,9 @@ class ConsumerState:
         self.fetch_max_bytes = fetch_max_bytes
         self.topics: list[str] = []
         self.partitions: dict[tuple[str, str], Partition] = {}
-        # Frame 1 of a RECORD or DIRECT-RECORD of a known partition, less its
-        # 8-byte sequence -> that partition: the hot path's one dict lookup.
-        self.record_prefixes: dict[bytes, Partition] = {}
         self._positions = dict(positions or {})
         self.out: list[list[bytes]] = []
         self.ready: deque[Record] = deque()
-        self.malformed = 0
         self.skipped = 0
         self.now = 0.0
 
@@ -177,17 +175,8 @@ class ConsumerState:
 
     # -- incoming -----------------------------------------------------------
 
-    def on_record_frames(self, frame: bytes, content: bytes) -> None:
-        """A two-frame message from the SUB socket."""
-        p = self.record_prefixes.get(frame[:-8])
-        if p is None:
-            self.on_frames([frame, content])
-        else:
-            self.on_known_record(p, int.from_bytes(frame[-8:], "big"), content)
-
-    def on_known_record(self, p: Partition, seq: int, content: bytes) -> None:
-        """The hot path: a record of a partition whose frame 1 matched
-        :attr:`record_prefixes` (so it needs no decoding)."""
+    def on_known_record_frames(self, p: Partition, frame: bytes, content: bytes) -> None:
+        seq = int.from_bytes(frame[-8:], "big")
         if seq == p.next:
             self.ready.append(new_record(p.topic, p.address, seq, content))
             p.next = seq + 1

@@ -39,6 +39,39 @@ def read_subscriptions(xpub: zmq.Socket) -> Iterator[proto.Subscription | None]:
             yield None
 
 
+def drain_records(sock: zmq.Socket, limit: int, known, on_known, on_other, on_lone_header) -> None:
+    """Receive up to ``limit`` messages from a SUB socket, as plain bytes.
+
+    A zmq.Frame, only there for its ``more`` flag, costs 0.6 us a message and
+    ``sock.rcvmore`` 1.3 us.  So frame 1 comes as bytes: if ``known`` maps it
+    (less its 8-byte sequence) to a partition, it is byte for byte the header
+    of a record of that partition, and its content frame is already here
+    (messages are atomic): read without blocking and handed to
+    ``on_known(partition, frame, content)``; its absence, a malformed
+    one-frame record, goes to ``on_lone_header()``.  Every other message is
+    rare: its frames are read with RCVMORE, so that no frame of one message
+    is taken for another's, and handed to ``on_other(frames)``."""
+    recv = sock.recv
+    for _ in range(limit):
+        try:
+            frame = recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        p = known(frame[:-8])
+        if p is None:
+            frames = [frame]
+            while sock.getsockopt(zmq.RCVMORE):
+                frames.append(recv(zmq.NOBLOCK))
+            on_other(frames)
+            continue
+        try:
+            content = recv(zmq.NOBLOCK)
+        except zmq.Again:
+            on_lone_header()
+            continue
+        on_known(p, frame, content)
+
+
 def connect(sock: zmq.Socket, endpoint: str) -> bool:
     """Connect to a peer's endpoint as relayed by a tower; an endpoint libzmq
     refuses is logged and skipped, never fatal to the peer."""

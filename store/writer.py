@@ -21,6 +21,7 @@ import zmq
 from dafka import proto
 from dafka.config import Config
 from dafka.loop import Loop
+from dafka.peer import drain_records
 
 from . import keys, retention
 from .database import SharedDB
@@ -119,26 +120,10 @@ class Writer(RoleThread):
                 sock.close()
 
     def _on_sub(self, sock: zmq.Socket) -> None:
-        # Frame 1 is received as a zmq.Frame for its ``more`` flag: reading
-        # ``sock.rcvmore`` costs ~1.3 us per call in pyzmq 27 (an enum lookup
-        # inside getsockopt), more than everything else a record costs here.
-        # Frames after the content of a record (a malformed 3+ frame message)
-        # come out of the next recv as messages of their own and are counted
-        # as malformed there (unless they happen to form a valid message).
         state = self.state
         state.now = time.monotonic()
-        recv = sock.recv
-        on_record = state.on_record_frames
-        on_frames = state.on_frames
-        for _ in range(DRAIN):
-            try:
-                first = recv(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                break
-            if first.more:
-                on_record(first.bytes, recv())
-            else:
-                on_frames([first.bytes])
+        drain_records(sock, DRAIN, state.record_prefixes.get, state.on_known_record_frames, state.on_frames,
+                      state.lone_header)
         self._commit()
 
     def _commit(self) -> None:

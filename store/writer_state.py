@@ -33,6 +33,7 @@ import logging
 
 from dafka import proto
 from dafka.inflight import fetch_window, mean_size
+from dafka.intake import RecordIntake
 
 from . import keys
 
@@ -97,7 +98,7 @@ class Batch:
         return len(self.keys)
 
 
-class WriterState:
+class WriterState(RecordIntake):
     def __init__(
         self,
         address: str,
@@ -107,13 +108,13 @@ class WriterState:
         fetch_chunk: int = FETCH_CHUNK,
         stamp_span_ms: int = keys.STAMP_SPAN_MS,
     ) -> None:
+        super().__init__()
         self.address = address
         self.fetch_retry = fetch_retry
         self.max_buffered = max_buffered
         self.fetch_chunk = fetch_chunk
         self.stamp_span_ms = stamp_span_ms
         self.partitions: dict[tuple[str, str], Partition] = {}
-        self._by_prefix: dict[bytes, Partition] = {}
         self.out: list[list[bytes]] = []
         self._keys: list[bytes] = []
         self._values: list[bytes] = []
@@ -126,7 +127,6 @@ class WriterState:
         self.acks_sent = 0
         self.fetches_sent = 0
         self.duplicates = 0
-        self.malformed = 0
         self.dropped = 0  # records refused while a write is failing, or beyond the buffer
         self.skipped = 0  # sequences skipped after a DIRECT-TAIL
 
@@ -141,8 +141,8 @@ class WriterState:
     def _add(self, subject: str, address: str, head: int) -> Partition:
         p = Partition(subject, address, head)
         self.partitions[(subject, address)] = p
-        self._by_prefix[proto.record_prefix(proto.RECORD, subject, address, subject)] = p
-        self._by_prefix[proto.record_prefix(proto.DIRECT_RECORD, self.address, address, subject)] = p
+        self.record_prefixes[proto.record_prefix(proto.RECORD, subject, address, subject)] = p
+        self.record_prefixes[proto.record_prefix(proto.DIRECT_RECORD, self.address, address, subject)] = p
         return p
 
     def _partition(self, subject: str, address: str) -> Partition | None:
@@ -171,10 +171,8 @@ class WriterState:
 
     # -- incoming -----------------------------------------------------------
 
-    def on_record_frames(self, frame: bytes, content: bytes) -> None:
-        """The hot path: a two-frame message from the SUB socket."""
-        p = self._by_prefix.get(frame[:-8])
-        if p is None or self.failed is not None:
+    def on_known_record_frames(self, p: Partition, frame: bytes, content: bytes) -> None:
+        if self.failed is not None:
             self.on_frames([frame, content])
             return
         seq8 = frame[-8:]

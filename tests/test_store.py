@@ -499,6 +499,14 @@ def test_malformed_frames_are_dropped_and_counted(tower, make_store, make_produc
         producer.send(payload(i))
     producer.flush(10)  # still working
     assert store.heads() == {("after", producer.address): 9}
+    # A known partition's record header alone: counted, neither waited for nor
+    # mistaken for a record with the next message's first frame as content.
+    before = store.stats()["writer_malformed"]
+    peer.send([proto.encode(proto.RecordMsg("after", producer.address, "after", 10, b""))[0]])
+    wait_for(lambda: store.stats()["writer_malformed"] == before + 1, 10, what="the lone header counted")
+    producer.send(payload(10))
+    producer.flush(10)
+    assert store.heads() == {("after", producer.address): 10}
 
 
 def test_retention_by_bytes_and_a_consumer_resumes_at_the_oldest_kept(make_store, make_producer, make_consumer):

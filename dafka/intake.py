@@ -1,0 +1,38 @@
+"""What the sans-I/O states that take records from a SUB socket (consumer,
+store writer) share: the table of known record headers, and the dispatch on
+it that :func:`dafka.peer.drain_records` relies on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RecordIntake:
+    """Subclasses fill :attr:`record_prefixes` (frame 1 of a RECORD or
+    DIRECT-RECORD of a known partition, less its 8-byte sequence -> that
+    partition) and implement :meth:`on_frames` and :meth:`on_known_record_frames`."""
+
+    def __init__(self) -> None:
+        self.record_prefixes: dict[bytes, Any] = {}
+        self.malformed = 0
+
+    def on_frames(self, frames: list[bytes]) -> None:
+        """Any message (the slow path: decoded)."""
+        raise NotImplementedError
+
+    def on_known_record_frames(self, p: Any, frame: bytes, content: bytes) -> None:
+        """The hot path: a record of partition ``p``, whose frame 1 matched
+        :attr:`record_prefixes` (so it needs no decoding)."""
+        raise NotImplementedError
+
+    def on_record_frames(self, frame: bytes, content: bytes) -> None:
+        """A two-frame message."""
+        p = self.record_prefixes.get(frame[:-8])
+        if p is None:
+            self.on_frames([frame, content])
+        else:
+            self.on_known_record_frames(p, frame, content)
+
+    def lone_header(self) -> None:
+        """A known partition's record header arrived without its content frame."""
+        self.malformed += 1
