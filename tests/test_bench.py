@@ -1,0 +1,34 @@
+"""The benchmark harness runs end to end (tiny counts, no Spark) and reports
+complete results.  Nothing here is about speed: rates are only printed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "run.py"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_benchmark_runs_and_reports_every_scenario(tmp_path):
+    out = tmp_path / "results.json"
+    done = subprocess.run(
+        [sys.executable, "-P", str(BENCH), "--records", "2000", "--catchup-records", "2000", "--hold-records", "2000",
+         "--sizes", "100", "--skip", "spark", "--json", str(out)],
+        capture_output=True, text=True, timeout=280, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "raw pyzmq PUB/SUB ceiling" in done.stdout and "(1.00x)" in done.stdout
+    results = json.loads(out.read_text())
+    run = results["runs"]["100"]
+    assert run["ceiling"]["rate"] > 0
+    assert run["direct"]["received"] == run["direct_poll"]["received"] == 2000
+    assert run["store"]["catchup_received"] == results["catchup"]["catchup_received"] == 2000
+    assert results["hold"]["buffered"] == 2000
+    for process, cpu in run["direct"]["cpu_us"].items():
+        assert cpu is not None and cpu > 0, process
