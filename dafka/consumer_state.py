@@ -52,6 +52,8 @@ class Partition:
 
 
 class ConsumerState(RecordIntake):
+    role = "consumer"
+
     def __init__(
         self,
         address: str,
@@ -190,11 +192,8 @@ class ConsumerState(RecordIntake):
             self._on_record(p, seq, content)
 
     def on_frames(self, frames: list[bytes]) -> None:
-        try:
-            msg = proto.decode(frames)
-        except proto.MalformedMessage as exc:
-            self.malformed += 1
-            log.debug("consumer %s dropped a malformed message: %s", self.address, exc)
+        msg = self.decode(frames)
+        if msg is None:
             return
         kind = type(msg)
         if "\0" in getattr(msg, "address", ""):

@@ -4,13 +4,21 @@ it that :func:`dafka.peer.drain_records` relies on."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+from . import proto
+
+log = logging.getLogger(__name__)
 
 
 class RecordIntake:
     """Subclasses fill :attr:`record_prefixes` (frame 1 of a RECORD or
     DIRECT-RECORD of a known partition, less its 8-byte sequence -> that
     partition) and implement :meth:`on_frames` and :meth:`on_known_record_frames`."""
+
+    role = "peer"  # for log messages, with ``address``
+    address = ""
 
     def __init__(self) -> None:
         self.record_prefixes: dict[bytes, Any] = {}
@@ -32,6 +40,15 @@ class RecordIntake:
             self.on_frames([frame, content])
         else:
             self.on_known_record_frames(p, frame, content)
+
+    def decode(self, frames: list[bytes]) -> Any:
+        """The message in ``frames``, or None (dropped and counted) if it is malformed."""
+        try:
+            return proto.decode(frames)
+        except proto.MalformedMessage as exc:
+            self.malformed += 1
+            log.debug("%s %s dropped a malformed message: %s", self.role, self.address, exc)
+            return None
 
     def lone_header(self) -> None:
         """A known partition's record header arrived without its content frame."""

@@ -99,6 +99,8 @@ class Batch:
 
 
 class WriterState(RecordIntake):
+    role = "store writer"
+
     def __init__(
         self,
         address: str,
@@ -195,11 +197,8 @@ class WriterState(RecordIntake):
 
     def on_frames(self, frames: list[bytes]) -> None:
         """Any message from the SUB socket (the slow path)."""
-        try:
-            msg = proto.decode(frames)
-        except proto.MalformedMessage as exc:
-            self.malformed += 1
-            log.debug("store writer %s dropped a malformed message: %s", self.address, exc)
+        msg = self.decode(frames)
+        if msg is None:
             return
         kind = type(msg)
         if kind is proto.RecordMsg or kind is proto.DirectRecordMsg:
