@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from typing import Any, Callable, Iterable, Iterator
 
 import zmq
 
-from . import proto
 from .consumer_state import ConsumerState
 from .errors import Closed
 from .loop import Loop
@@ -146,7 +146,7 @@ class Consumer:
                 self._last = records
             return records
 
-    def _wait_ready(self, timeout: float | None):
+    def _wait_ready(self, timeout: float | None) -> deque[Record]:
         """With the lock held: commit what the previous call returned, then
         run the loop until records are ready or ``timeout`` passes; returns
         the ready queue (empty after a timeout)."""
@@ -270,8 +270,7 @@ class Consumer:
     def _on_sub(self, sock: zmq.Socket) -> None:
         state = self._state
         state.now = time.monotonic()
-        drain_records(sock, _BATCH, state.record_prefixes.get, state.on_known_record_frames, state.on_frames,
-                      state.lone_header)
+        drain_records(sock, _BATCH, state)
 
     def _on_subscriptions(self, sock: zmq.Socket) -> None:
         while True:

@@ -13,6 +13,7 @@ import zmq
 from . import net, proto
 from .beacon import CONNECT, Beacon
 from .config import Config
+from .intake import RecordIntake
 from .security import Curve, acquire_authenticator, release_authenticator
 
 log = logging.getLogger(__name__)
@@ -39,19 +40,30 @@ def read_subscriptions(xpub: zmq.Socket) -> Iterator[proto.Subscription | None]:
             yield None
 
 
-def drain_records(sock: zmq.Socket, limit: int, known, on_known, on_other, on_lone_header) -> None:
-    """Receive up to ``limit`` messages from a SUB socket, as plain bytes.
+def read_rest(sock: zmq.Socket, frame: bytes) -> list[bytes]:
+    """Every frame of the message whose first frame, ``frame``, was just
+    received as bytes (messages are atomic: the rest is already here)."""
+    frames = [frame]
+    while sock.getsockopt(zmq.RCVMORE):
+        frames.append(sock.recv(zmq.NOBLOCK))
+    return frames
+
+
+def drain_records(sock: zmq.Socket, limit: int, intake: RecordIntake) -> None:
+    """Receive up to ``limit`` messages from a SUB socket into ``intake``, as plain bytes.
 
     A zmq.Frame, only there for its ``more`` flag, costs 0.6 us a message and
-    ``sock.rcvmore`` 1.3 us.  So frame 1 comes as bytes: if ``known`` maps it
-    (less its 8-byte sequence) to a partition, it is byte for byte the header
-    of a record of that partition, and its content frame is already here
-    (messages are atomic): read without blocking and handed to
-    ``on_known(partition, frame, content)``; its absence, a malformed
-    one-frame record, goes to ``on_lone_header()``.  Every other message is
-    rare: its frames are read with RCVMORE, so that no frame of one message
-    is taken for another's, and handed to ``on_other(frames)``."""
+    ``sock.rcvmore`` 1.3 us.  So frame 1 comes as bytes: if it is a key of
+    ``intake.record_prefixes`` (less its 8-byte sequence), it is byte for byte
+    the header of a record of that partition, and its content frame is
+    already here: read without blocking and handed to
+    ``intake.on_known_record_frames``; its absence, a malformed one-frame
+    record, goes to ``intake.lone_header``.  Every other message is rare: its
+    frames are read with RCVMORE (:func:`read_rest`), so that no frame of one
+    message is taken for another's, and handed to ``intake.on_frames``."""
     recv = sock.recv
+    known = intake.record_prefixes.get
+    on_known = intake.on_known_record_frames
     for _ in range(limit):
         try:
             frame = recv(zmq.NOBLOCK)
@@ -59,15 +71,12 @@ def drain_records(sock: zmq.Socket, limit: int, known, on_known, on_other, on_lo
             return
         p = known(frame[:-8])
         if p is None:
-            frames = [frame]
-            while sock.getsockopt(zmq.RCVMORE):
-                frames.append(recv(zmq.NOBLOCK))
-            on_other(frames)
+            intake.on_frames(read_rest(sock, frame))
             continue
         try:
             content = recv(zmq.NOBLOCK)
         except zmq.Again:
-            on_lone_header()
+            intake.lone_header()
             continue
         on_known(p, frame, content)
 

@@ -180,7 +180,7 @@ class ProducerState:
             requester = turns.popleft()
             job = answers.get(requester)
             if job is None:
-                continue  # answered, superseded by nothing, or its requester left
+                continue  # its answer is finished, or its requester left
             room = ledger.room(requester)
             seq = max(job[0], self.base)  # records may have been released meanwhile
             stop = min(job[1], self.base + len(self.buffer))

@@ -36,7 +36,7 @@ from dafka import proto
 from dafka.beacon import CONNECT, Beacon
 from dafka.config import Config
 from dafka.inflight import fetch_window, mean_size
-from dafka.peer import DataSocket, connect, new_address, read_subscriptions
+from dafka.peer import DataSocket, connect, new_address, read_rest, read_subscriptions
 
 from .options import DafkaSparkError
 
@@ -457,9 +457,8 @@ def fetch_range(
 def _other_message(sub: zmq.Socket, frame: bytes, peer: LivePeer, topic: str, partition: str) -> int | None:
     """A message that is not one of our DIRECT-RECORDs: read the rest of it;
     the oldest kept sequence if it is a DIRECT-TAIL for us, else None."""
-    if sub.getsockopt(zmq.RCVMORE):
-        while sub.getsockopt(zmq.RCVMORE):
-            sub.recv()
+    frames = read_rest(sub, frame)
+    if len(frames) > 1:
         return None  # two frames or more, and not ours: dropped
     return _tail(frame, peer, topic, partition)
 

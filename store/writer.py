@@ -122,8 +122,7 @@ class Writer(RoleThread):
     def _on_sub(self, sock: zmq.Socket) -> None:
         state = self.state
         state.now = time.monotonic()
-        drain_records(sock, DRAIN, state.record_prefixes.get, state.on_known_record_frames, state.on_frames,
-                      state.lone_header)
+        drain_records(sock, DRAIN, state)
         self._commit()
 
     def _commit(self) -> None:
