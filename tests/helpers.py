@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +29,27 @@ def loopback_config(tower: Tower | None = None, **overrides: object) -> Config:
         values["beacon/pub_address"] = tower.pub_endpoint
     values.update({k.replace("__", "/"): v for k, v in overrides.items()})
     return Config.load(overrides=values)
+
+
+def script(name: str) -> str:
+    """The installed console script (next to this interpreter first, e.g. in a venv)."""
+    path = shutil.which(name, path=os.path.dirname(sys.executable)) or shutil.which(name)
+    if path is None:
+        pytest.fail(f"console script {name} is not installed: run `pip install .`")
+    return path
+
+
+def require_pyspark() -> None:
+    """Called first thing by every Spark test module: without PySpark (``pip
+    install ".[test]"`` alone) the module is reported as skipped, saying why.
+    Under tox, which installs the spark extra and sets DAFKA_REQUIRE_SPARK=1,
+    a missing PySpark is an error instead: the Spark tests are never skipped there."""
+    missing = [name for name in ("pyspark", "pyarrow") if importlib.util.find_spec(name) is None]
+    if not missing:
+        return
+    if os.environ.get("DAFKA_REQUIRE_SPARK") == "1":
+        raise ImportError(f"{' and '.join(missing)} not installed, and DAFKA_REQUIRE_SPARK=1 asks for every Spark test")
+    pytest.skip(f"the Spark tests need {' and '.join(missing)}: pip install '.[test,spark]'", allow_module_level=True)
 
 
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.01, what: str = "condition"):

@@ -12,23 +12,15 @@ from __future__ import annotations
 import os
 import re
 import select
-import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
+from helpers import script
+
 SCRIPTS = ("dafka", "dafka_towerd", "dafka_stored", "dafka_console_producer", "dafka_console_consumer")
-
-
-def script(name: str) -> str:
-    """The installed console script (next to this interpreter first, e.g. in a venv)."""
-    path = shutil.which(name, path=os.path.dirname(sys.executable)) or shutil.which(name)
-    if path is None:
-        pytest.fail(f"console script {name} is not installed: run `pip install -e .`")
-    return path
 
 
 class Stream:

@@ -1,8 +1,8 @@
 """Golden-vector and error-case tests for the Dafka wire codec (dafka.proto).
 
-The expected bytes come only from the shared ``vectors.txt`` (made by the C
-reference encoder); the expected *values* are the field values listed in that
-file's header.
+The expected bytes come only from the reference's golden vectors
+(``tests/data/wire_vectors.txt``, made by the C reference encoder); the
+expected *values* are the field values listed in that file's header.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""Loader for the golden wire vectors shared with the C reference.
+"""Loader for the golden wire vectors of the C reference.
 
-The vectors live in ``<shared>/wire/vectors.txt`` where ``<shared>`` is the
-``shared`` folder next to the repository (``/work/shared`` for ``/work/main``),
-or the folder named by the ``DAFKA_SHARED_DIR`` environment variable.  Tests
-must read that file, never a copy of it, so a missing file fails the test run
-loudly instead of skipping.
+The vectors are frames made by the reference's own encoder (zeromq/dafka,
+``dafka_proto_send``).  The repository keeps its own copy in
+``tests/data/wire_vectors.txt`` (refreshed from the project's
+``shared/wire/vectors.txt``), so that a bare clone tests against them: no test
+reads anything outside the checkout.  A missing or unreadable copy fails the
+test run loudly instead of skipping.
 
 File format: one ZeroMQ frame per line, ``NAME frameN HEX``; an empty frame has
 nothing after the space; lines starting with ``#`` and blank lines are ignored.
@@ -12,7 +13,6 @@ nothing after the space; lines starting with ``#`` and blank lines are ignored.
 
 from __future__ import annotations
 
-import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -23,11 +23,8 @@ _LABEL = re.compile(r"frame([1-9][0-9]*)")
 
 
 def vectors_path() -> Path:
-    """Where vectors.txt is expected (``$DAFKA_SHARED_DIR/wire/vectors.txt`` if set)."""
-    override = os.environ.get("DAFKA_SHARED_DIR")
-    if override:
-        return Path(override) / "wire" / "vectors.txt"
-    return Path(__file__).resolve().parents[1].parent / "shared" / "wire" / "vectors.txt"
+    """The vendored copy of the reference's golden vectors."""
+    return Path(__file__).resolve().parent / "data" / "wire_vectors.txt"
 
 
 def parse_vectors(text: str, source: str = "vectors.txt") -> dict[str, list[bytes]]:
@@ -74,8 +71,8 @@ def load_vectors() -> dict[str, list[bytes]]:
     path = vectors_path()
     if not path.is_file():
         pytest.fail(
-            f"golden wire vectors not found at {path}; they live in the shared folder "
-            f"(set DAFKA_SHARED_DIR to the 'shared' directory to point elsewhere)",
+            f"golden wire vectors not found at {path}: the repository's copy of the reference's "
+            f"vectors is missing",
             pytrace=False,
         )
     try:

@@ -7,6 +7,11 @@ import socket
 import time
 
 import pytest
+
+from helpers import require_pyspark
+
+require_pyspark()
+
 from pyspark.sql.types import StringType, StructField, StructType
 
 from dafka.spark import OptionError, SCHEMA

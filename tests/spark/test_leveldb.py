@@ -3,11 +3,16 @@ receive timestamps, batch boundaries, and letting LevelDB finish compacting."""
 
 from __future__ import annotations
 
-import numpy as np
 import plyvel
-import pyarrow as pa
 import pytest
-from pyspark.sql.pandas.types import to_arrow_schema
+
+from helpers import require_pyspark
+
+require_pyspark()
+
+import numpy as np  # noqa: E402 - after the check above
+import pyarrow as pa  # noqa: E402
+from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 
 from dafka.spark import arrow, leveldb
 from dafka.spark.source import schema

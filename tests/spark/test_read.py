@@ -7,6 +7,10 @@ import json
 
 import pytest
 
+from helpers import require_pyspark
+
+require_pyspark()
+
 from .conftest import PARTITIONS, RECORDS, TOPIC, expected_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]

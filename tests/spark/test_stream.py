@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from helpers import require_pyspark
+
+require_pyspark()
+
 from dafka import Producer
 
 from .conftest import PARTITIONS, RECORDS, TOPIC, expected_rows, value_of

@@ -4,6 +4,11 @@ succeeds only once minAcks stores have acknowledged its records."""
 from __future__ import annotations
 
 import pytest
+
+from helpers import require_pyspark
+
+require_pyspark()
+
 from pyspark.sql import functions as F
 
 from dafka.spark.examples import wordcount
