@@ -1,5 +1,7 @@
 """The RFC 46 (Dafka) wire codec: the nine message types, XPUB subscription
-frames, and the tower/beacon frames.
+frames, the tower/beacon frames, and this project's extensions (DIRECT-TAIL,
+and the bulk answers DIRECT-RECORDS and DIRECT-PARTITIONS that only dafka-py
+peers ask for, rfc/dafka.md section 12).
 
 Byte-exact with the reference C encoder (see ``rfc/dafka.md``).  Frame 1 of
 every message is::
@@ -11,6 +13,11 @@ count then u32 length + bytes each, and integers are big-endian.  RECORD and
 DIRECT-RECORD carry the record content as a second frame; no other type has
 one.
 
+DIRECT-RECORDS carries many records in three frames: frame 1 as above with a
+first sequence, a count and receive stamps; frame 2 the contents' lengths
+(u32 **little-endian**, so that frames 2 and 3 become an Arrow binary column's
+buffers as they are); frame 3 the contents, one after the other.
+
 Strings travel as bytes; this module maps them to ``str`` with UTF-8 and
 ``surrogateescape`` so that any byte string from a peer round-trips exactly.
 Decoding anything that is not a valid message raises :class:`MalformedMessage`
@@ -20,13 +27,17 @@ and nothing else.
 from __future__ import annotations
 
 import re
+import sys
+from array import array
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Sequence, Union
 
 VERSION = 1
 MAX_STRING = 255
 MAX_SEQUENCE = 2**64 - 1
 MAX_COUNT = 2**32 - 1
+UNKNOWN_TIME = 2**64 - 1  # a DIRECT-RECORDS stamp for records whose receive time is not known
 
 # Message ids (frame 1, byte 0).
 RECORD = b"M"
@@ -41,6 +52,10 @@ STORE_HELLO = b"L"
 # Extension of this project (rfc/dafka.md): a store tells a consumer the oldest
 # sequence it still keeps of a partition. Reference peers never subscribe to it.
 DIRECT_TAIL = b"T"
+# Extensions between dafka-py peers, negotiated: a requester that subscribes to
+# them (``R<own address>``, ``P<own address>``) gets its answers in bulk.
+DIRECT_RECORDS = b"R"
+DIRECT_PARTITIONS = b"P"
 
 # Tower / beacon frames.
 BEACON = b"B"
@@ -171,6 +186,56 @@ class DirectTailMsg:
     sequence: int
 
 
+@dataclass(frozen=True, slots=True)
+class DirectRecordsMsg:
+    """DIRECT-RECORDS (extension): records ``sequence .. sequence+count-1`` of a
+    partition in one message, in answer to FETCH from a requester that
+    subscribed to them.  topic = requester address.
+
+    ``lengths`` (frame 2) holds each content's length as a u32,
+    little-endian; ``contents`` (frame 3) the contents back to back (see
+    :func:`split_contents` and :func:`pack_contents`).  ``stamps`` are
+    (first sequence, unix milliseconds) pairs, ascending: a record received
+    by a store at the time of the last pair whose sequence is at or below
+    its own (empty: not known, as in a producer's answers)."""
+
+    topic: str
+    address: str
+    subject: str
+    sequence: int
+    lengths: bytes
+    contents: bytes
+    stamps: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.lengths) // 4
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One entry of DIRECT-PARTITIONS: a store holds records ``tail .. head`` of
+    the partition (tail = head + 1 when retention deleted them all)."""
+
+    subject: str
+    address: str
+    tail: int
+    head: int
+
+
+@dataclass(frozen=True, slots=True)
+class DirectPartitionsMsg:
+    """DIRECT-PARTITIONS (extension): every partition a store reader holds of
+    ``subject`` ("" = of every subject), in one message, in answer to
+    GET-HEADS or CONSUMER-HELLO from a requester that subscribed to it.
+    topic = requester address; address = the store reader's own address."""
+
+    topic: str
+    address: str
+    subject: str
+    partitions: tuple[PartitionInfo, ...] = ()
+
+
 Message = Union[
     RecordMsg,
     DirectRecordMsg,
@@ -182,6 +247,8 @@ Message = Union[
     ConsumerHelloMsg,
     StoreHelloMsg,
     DirectTailMsg,
+    DirectRecordsMsg,
+    DirectPartitionsMsg,
 ]
 
 MESSAGE_IDS: dict[type, bytes] = {
@@ -195,6 +262,8 @@ MESSAGE_IDS: dict[type, bytes] = {
     ConsumerHelloMsg: CONSUMER_HELLO,
     StoreHelloMsg: STORE_HELLO,
     DirectTailMsg: DIRECT_TAIL,
+    DirectRecordsMsg: DIRECT_RECORDS,
+    DirectPartitionsMsg: DIRECT_PARTITIONS,
 }
 
 
@@ -275,6 +344,32 @@ def encode(msg: Message) -> list[bytes]:
                 raise ValueError(f"subject is {len(raw)} bytes long; at most {MAX_STRING}")
             parts.append(len(raw).to_bytes(4, "big") + raw)
         return [b"".join(parts)]
+    if kind is DirectRecordsMsg:
+        count = msg.count
+        if count < 1 or len(msg.lengths) != 4 * count:
+            raise ValueError("DIRECT-RECORDS needs at least one record, and 4 bytes of lengths per record")
+        if msg.sequence + count - 1 > MAX_SEQUENCE:
+            raise ValueError(f"records {msg.sequence}.. of {count} run past sequence 2^64-1")
+        if sum(_lengths(msg.lengths)) != len(msg.contents):
+            raise ValueError("DIRECT-RECORDS lengths do not add up to the contents")
+        frame = (
+            direct_records_prefix(msg.topic, msg.address, msg.subject)
+            + _u64(msg.sequence)
+            + _u32(count, "count")
+            + encode_stamps(msg.stamps)
+        )
+        return [frame, bytes(msg.lengths), bytes(msg.contents)]
+    if kind is DirectPartitionsMsg:
+        parts = [
+            _header(DIRECT_PARTITIONS, msg.topic),
+            _string(msg.address, "address"),
+            _string(msg.subject, "subject"),
+            _u32(len(msg.partitions), "partitions count"),
+        ]
+        for info in msg.partitions:
+            parts.append(_string(info.subject, "subject") + _string(info.address, "address")
+                         + _u64(info.tail, "tail") + _u64(info.head, "head"))
+        return [b"".join(parts)]
     raise TypeError(f"not a Dafka message: {msg!r}")
 
 
@@ -284,6 +379,47 @@ def record_prefix(msg_id: bytes, topic: str, address: str, subject: str) -> byte
     The hot paths build frame 1 as ``prefix + seq.to_bytes(8, "big")`` and
     recognise known partitions by ``frame[:-8]``."""
     return _header(msg_id, topic) + _string(address, "address") + _string(subject, "subject")
+
+
+def direct_records_prefix(requester: str, address: str, subject: str) -> bytes:
+    """Frame 1 of a DIRECT-RECORDS up to its sequence: the answering peers add
+    ``sequence(8) count(4)`` and :func:`encode_stamps` for each message."""
+    return _header(DIRECT_RECORDS, requester) + _string(address, "address") + _string(subject, "subject")
+
+
+def encode_stamps(stamps: Sequence[tuple[int, int]]) -> bytes:
+    """The stamps field of DIRECT-RECORDS: a u32 count, then (u64 sequence, u64 unix ms) pairs."""
+    return _u32(len(stamps), "stamps count") + b"".join(
+        _u64(first, "stamp sequence") + _u64(ms, "stamp time") for first, ms in stamps)
+
+
+# u32 lengths of DIRECT-RECORDS' frame 2, little-endian on the wire
+_U32 = next(code for code in "IL" if array(code).itemsize == 4)
+_SWAP = sys.byteorder != "little"
+
+
+def _lengths(raw: bytes) -> array:
+    lengths = array(_U32)
+    lengths.frombytes(raw)
+    if _SWAP:
+        lengths.byteswap()
+    return lengths
+
+
+def pack_contents(values: Sequence[bytes]) -> tuple[bytes, bytes]:
+    """Frames 2 and 3 of a DIRECT-RECORDS carrying ``values``, built in C
+    (``map``, ``array``, ``join``): no Python bytecode runs per record."""
+    lengths = array(_U32, map(len, values))
+    if _SWAP:
+        lengths.byteswap()
+    return lengths.tobytes(), b"".join(values)
+
+
+def split_contents(lengths: bytes, contents: bytes) -> list[bytes]:
+    """The contents of a decoded DIRECT-RECORDS, one bytes object per record,
+    sliced in C (``map`` over ``slice`` and ``accumulate``)."""
+    sizes = _lengths(lengths)
+    return list(map(contents.__getitem__, map(slice, accumulate(sizes, initial=0), accumulate(sizes))))
 
 
 # --------------------------------------------------------------------------
@@ -335,6 +471,7 @@ class _Reader:
 
 _HEAD_LIKE = {HEAD: HeadMsg, DIRECT_HEAD: DirectHeadMsg, DIRECT_TAIL: DirectTailMsg}
 _TWO_FRAMES = frozenset((RECORD, DIRECT_RECORD))
+_FRAMES = {RECORD: 2, DIRECT_RECORD: 2, DIRECT_RECORDS: 3}
 _KNOWN_IDS = frozenset(MESSAGE_IDS.values())
 
 
@@ -351,7 +488,7 @@ def decode(frames: Sequence[bytes]) -> Message:
     msg_id = frame[:1]
     if msg_id not in _KNOWN_IDS:
         raise MalformedMessage(f"unknown message id {msg_id!r}")
-    expected = 2 if msg_id in _TWO_FRAMES else 1
+    expected = _FRAMES.get(msg_id, 1)
     if len(frames) != expected:
         raise MalformedMessage(f"{_NAMES[msg_id]} needs {expected} frame(s), got {len(frames)}")
     nul = frame.find(b"\0", 1)
@@ -375,6 +512,20 @@ def decode(frames: Sequence[bytes]) -> Message:
                 raise MalformedMessage("content frame is not bytes") from None
         cls = RecordMsg if msg_id == RECORD else DirectRecordMsg
         return cls(topic, address, subject, seq, content)
+    if msg_id == DIRECT_RECORDS:
+        return _decode_direct_records(r, topic, frames)
+    if msg_id == DIRECT_PARTITIONS:
+        address = r.string("address")
+        subject = r.string("subject")
+        count = r.u32("partitions count")
+        if count > (len(frame) - r.pos) // 18:  # each entry takes at least 2 + 8 + 8 bytes
+            raise MalformedMessage(f"frame truncated in partitions: {count} entries announced")
+        partitions = tuple(
+            PartitionInfo(r.string("subject"), r.string("address"), r.u64("tail"), r.u64("head"))
+            for _ in range(count)
+        )
+        r.end()
+        return DirectPartitionsMsg(topic, address, subject, partitions)
     if msg_id == FETCH:
         address = r.string("address")
         subject = r.string("subject")
@@ -405,6 +556,35 @@ def decode(frames: Sequence[bytes]) -> Message:
     return cls(topic, address)
 
 
+def _decode_direct_records(r: _Reader, topic: str, frames: Sequence[bytes]) -> DirectRecordsMsg:
+    address = r.string("address")
+    subject = r.string("subject")
+    seq = r.u64()
+    count = r.u32("count")
+    n = r.u32("stamps count")
+    if n > (len(r.buf) - r.pos) // 16:
+        raise MalformedMessage(f"frame truncated in stamps: {n} entries announced")
+    stamps = tuple((r.u64("stamp sequence"), r.u64("stamp time")) for _ in range(n))
+    r.end()
+    if count < 1:
+        raise MalformedMessage("DIRECT-RECORDS with no record")
+    if seq + count - 1 > MAX_SEQUENCE:
+        raise MalformedMessage("DIRECT-RECORDS runs past sequence 2^64-1")
+    if any(a[0] >= b[0] for a, b in zip(stamps, stamps[1:])):
+        raise MalformedMessage("DIRECT-RECORDS stamps are not in ascending order")
+    lengths, contents = frames[1], frames[2]
+    if not (isinstance(lengths, bytes) and isinstance(contents, bytes)):
+        try:
+            lengths, contents = bytes(lengths), bytes(contents)
+        except TypeError:
+            raise MalformedMessage("DIRECT-RECORDS frame is not bytes") from None
+    if len(lengths) != 4 * count:
+        raise MalformedMessage(f"DIRECT-RECORDS of {count} records has {len(lengths)} bytes of lengths")
+    if sum(_lengths(lengths)) != len(contents):
+        raise MalformedMessage("DIRECT-RECORDS lengths do not add up to its contents")
+    return DirectRecordsMsg(topic, address, subject, seq, lengths, contents, stamps)
+
+
 _NAMES = {
     RECORD: "RECORD",
     DIRECT_RECORD: "DIRECT-RECORD",
@@ -416,6 +596,8 @@ _NAMES = {
     CONSUMER_HELLO: "CONSUMER-HELLO",
     STORE_HELLO: "STORE-HELLO",
     DIRECT_TAIL: "DIRECT-TAIL",
+    DIRECT_RECORDS: "DIRECT-RECORDS",
+    DIRECT_PARTITIONS: "DIRECT-PARTITIONS",
 }
 
 
