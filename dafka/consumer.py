@@ -57,6 +57,7 @@ class Consumer:
             max_buffered=c["consumer/max_buffered"],
             fetch_max_bytes=c["consumer/fetch_max_bytes"],
             positions=self._journal.positions if self._journal else None,
+            bulk=c["consumer/bulk"],
         )
         self._lock = threading.Lock()
         self._closed = False

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from itertools import repeat
 
+from . import bulk as bulk_answers
 from . import proto
 from .inflight import fetch_window, mean_size
 from .intake import RecordIntake
@@ -63,6 +65,7 @@ class ConsumerState(RecordIntake):
         max_buffered: int = 100_000,
         fetch_max_bytes: int = 8 * 1024 * 1024,
         positions: dict[tuple[str, str], int] | None = None,
+        bulk: bool = True,
     ) -> None:
         super().__init__()
         if reset not in ("latest", "earliest"):
@@ -72,6 +75,7 @@ class ConsumerState(RecordIntake):
         self.fetch_retry = fetch_retry
         self.max_buffered = max_buffered
         self.fetch_max_bytes = fetch_max_bytes
+        self.bulk = bulk  # announce that we read DIRECT-RECORDS and DIRECT-PARTITIONS
         self.topics: list[str] = []
         self.partitions: dict[tuple[str, str], Partition] = {}
         self._positions = dict(positions or {})
@@ -92,11 +96,13 @@ class ConsumerState(RecordIntake):
         return [proto.subscription(proto.RECORD, topic, exact=True), proto.subscription(proto.HEAD, topic, exact=True)]
 
     def own_subscriptions(self) -> list[bytes]:
-        """Prefixes for the messages addressed to this consumer."""
-        return [
+        """Prefixes for the messages addressed to this consumer (with bulk
+        answers, also those that announce it to dafka-py peers)."""
+        prefixes = [
             proto.subscription(msg_id, self.address, exact=True)
             for msg_id in (proto.DIRECT_RECORD, proto.DIRECT_HEAD, proto.STORE_HELLO, proto.DIRECT_TAIL)
         ]
+        return prefixes + bulk_answers.subscriptions(self.address) if self.bulk else prefixes
 
     def _asks_heads(self, topic: str) -> bool:
         """Whether stores should tell us ``topic``'s heads: always from the
@@ -203,21 +209,63 @@ class ConsumerState(RecordIntake):
             if msg.subject not in self.topics or (kind is proto.DirectRecordMsg and msg.topic != self.address):
                 return
             self._on_record(self._partition(msg.subject, msg.address, msg.sequence), msg.sequence, msg.content)
-        elif kind is proto.HeadMsg or kind is proto.DirectHeadMsg:
-            if msg.subject not in self.topics or (kind is proto.DirectHeadMsg and msg.topic != self.address):
-                return
-            if kind is proto.DirectHeadMsg and not self._knows(msg.subject, msg.address):
-                return  # a store's head of a partition a ``latest`` consumer never met: not ours to start
-            p = self._partition(msg.subject, msg.address, msg.sequence)
-            if msg.sequence > p.head:
-                p.head = msg.sequence
-            self._request(p)
+        elif kind is proto.DirectRecordsMsg:
+            if msg.subject in self.topics and msg.topic == self.address:
+                self._on_records(self._partition(msg.subject, msg.address, msg.sequence), msg)
+        elif kind is proto.HeadMsg:
+            if msg.subject in self.topics:
+                self._on_head(msg.subject, msg.address, msg.sequence)
+        elif kind is proto.DirectHeadMsg:
+            if msg.subject in self.topics and msg.topic == self.address:
+                self._on_store_head(msg.subject, msg.address, msg.sequence)
+        elif kind is proto.DirectPartitionsMsg:
+            if msg.topic == self.address:
+                for info in msg.partitions:
+                    if info.subject in self.topics and "\0" not in info.address:
+                        self._on_store_head(info.subject, info.address, info.head)
         elif kind is proto.StoreHelloMsg:
             if msg.topic == self.address:
                 self._hello(msg.address)
         elif kind is proto.DirectTailMsg:
             if msg.topic == self.address and msg.subject in self.topics:
                 self._on_tail(self._partition(msg.subject, msg.address, msg.sequence), msg.sequence)
+
+    def _on_store_head(self, topic: str, address: str, seq: int) -> None:
+        """A store's head of a partition (DIRECT-HEAD, or an entry of DIRECT-PARTITIONS)."""
+        if self._knows(topic, address):  # a ``latest`` consumer never met it: not ours to start
+            self._on_head(topic, address, seq)
+
+    def _on_head(self, topic: str, address: str, seq: int) -> None:
+        p = self._partition(topic, address, seq)
+        if seq > p.head:
+            p.head = seq
+        self._request(p)
+
+    def _on_records(self, p: Partition, msg: proto.DirectRecordsMsg) -> None:
+        """A DIRECT-RECORDS: its records from ``p.next`` on are delivered in
+        one go, each :class:`Record` built in C but for its own constructor."""
+        first = msg.sequence
+        end = first + msg.count
+        if end <= p.next:
+            return  # all duplicates
+        values = proto.split_contents(msg.lengths, msg.contents)
+        if p.record_size < 0:
+            p.record_size = len(msg.contents) // msg.count
+        if first > p.next:  # ahead of a gap: keep what the buffer bound allows, fetch the gap
+            for seq, content in zip(range(first, end), values):
+                self._on_record(p, seq, content)
+            return
+        start = p.next
+        if start > first:
+            del values[: start - first]
+        self.ready.extend(map(new_record, repeat(p.topic), repeat(p.address), range(start, end), values))
+        p.next = end
+        p.window_bytes += len(msg.contents)
+        pending = p.pending
+        if pending:
+            for stale in [s for s in pending if s < end]:
+                del pending[stale]
+        self._after_delivery(p, end - 1)
 
     def _on_record(self, p: Partition, seq: int, content: bytes) -> None:
         if p.record_size < 0:

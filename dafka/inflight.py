@@ -31,6 +31,8 @@ from __future__ import annotations
 from typing import Hashable
 
 MESSAGE_OVERHEAD = 192  # bytes of libzmq bookkeeping per queued two-frame message
+FILTER_BLOCK = 100_000  # a reference requester FETCHes a block of sequences at most once a second
+REFERENCE_CAP = 4  # ...so its answers may run to the end of their block, within this many budgets
 
 _UNLIMITED = 1 << 62
 
@@ -62,6 +64,22 @@ class InflightLedger:
         if not self.limit or requester not in self._listeners:
             return _UNLIMITED
         return self.limit - self._bytes.get(requester, 0)
+
+    def room_at(self, requester: str, sequence: int, bulk: bool) -> tuple[int, int | None]:
+        """(bytes that may be sent, sequence to stop before or None) for an
+        answer to ``requester`` that goes on at ``sequence``.
+
+        A requester without bulk answers may be a reference peer, whose FETCH
+        filter drops a second FETCH in the same block of
+        :data:`FILTER_BLOCK` sequences within the same second: an answer
+        paused inside a block would wait for that second to pass.  So its
+        answers pause only at the end of a block, unless it already has
+        :data:`REFERENCE_CAP` budgets in flight."""
+        room = self.room(requester)
+        if room > 0 or bulk or sequence % FILTER_BLOCK == 0:
+            return room, None
+        room += (REFERENCE_CAP - 1) * self.limit
+        return room, (sequence // FILTER_BLOCK + 1) * FILTER_BLOCK
 
     def in_flight(self, requester: str) -> int:
         return self._bytes.get(requester, 0)

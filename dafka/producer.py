@@ -288,9 +288,11 @@ class Producer:
                 self._loop.run_once(_SUBSCRIPTION_POLL)
                 if self._state.answering:
                     with self._lock:
-                        for frame, content in self._state.fetch_answers():
-                            _raw_send(self._pub, frame, zmq.SNDMORE)
-                            _raw_send(self._pub, content)
+                        pub = self._pub
+                        for frames in self._state.fetch_answers():
+                            for frame in frames[:-1]:
+                                _raw_send(pub, frame, zmq.SNDMORE)
+                            _raw_send(pub, frames[-1])
         except Exception:
             log.exception("producer %s loop failed", self.address)
             raise

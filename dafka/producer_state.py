@@ -20,8 +20,10 @@ Unlike the reference:
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 from typing import Iterator
 
+from . import bulk as bulk_answers
 from . import proto
 from .inflight import MESSAGE_OVERHEAD, InflightLedger
 
@@ -54,6 +56,7 @@ class ProducerState:
         self.store_acks: dict[str, int] = {}
         self.malformed = 0
         self.ledger = InflightLedger(fetch_inflight_bytes)
+        self.bulk = bulk_answers.Negotiated()
         # FETCH answers in progress, one per requester, served in turn: requester -> [next, end]
         self._answers: dict[str, list[int]] = {}
         self._turns: deque[str] = deque()
@@ -163,16 +166,19 @@ class ProducerState:
             self.ledger.listening(sub.topic, sub.subscribe)
             if not sub.subscribe:
                 self._answers.pop(sub.topic, None)
+        elif self.bulk.on_subscription(sub):
+            return False
         return sub.subscribe and self.wants_head_for(sub)
 
     @property
     def answering(self) -> bool:
         return bool(self._answers)
 
-    def fetch_answers(self, budget: int = FETCH_SLICE) -> Iterator[tuple[bytes, bytes]]:
-        """Up to ``budget`` DIRECT-RECORD frames from the queued answers, taking
-        the requesters in turn; a requester whose in-flight budget is spent
-        waits for its next FETCH."""
+    def fetch_answers(self, budget: int = FETCH_SLICE) -> Iterator[list[bytes]]:
+        """The frames of up to ``budget`` records' answers (DIRECT-RECORD, or
+        DIRECT-RECORDS for a requester that reads them), taking the
+        requesters in turn; a requester whose in-flight budget is spent waits
+        for its next FETCH."""
         turns, answers, ledger = self._turns, self._answers, self.ledger
         for _ in range(len(turns)):
             if budget <= 0:
@@ -185,19 +191,53 @@ class ProducerState:
             seq = max(job[0], self.base)  # records may have been released meanwhile
             stop = min(job[1], self.base + len(self.buffer))
             if room > 0 and seq < stop:
-                prefix = proto.record_prefix(proto.DIRECT_RECORD, requester, self.address, self.topic)
-                per_message = len(prefix) + 8 + MESSAGE_OVERHEAD
-                buffer, base = self.buffer, self.base
-                first, spent = seq, 0
-                while seq < stop and budget > 0 and spent < room:
-                    content = buffer[seq - base]
-                    yield prefix + seq.to_bytes(8, "big"), content
-                    spent += per_message + len(content)
-                    seq += 1
-                    budget -= 1
+                first = seq
+                held = islice(self.buffer, seq - self.base, stop - self.base)
+                if requester in self.bulk.records:
+                    seq, spent = yield from self._bulk_answer(requester, held, seq, stop, budget, room)
+                else:
+                    seq, spent = yield from self._direct_answer(requester, held, seq, stop, budget, room)
+                budget -= seq - first
                 ledger.sent(requester, self.topic, first, seq, spent)
             if seq >= stop:
                 del answers[requester]
             else:
                 job[0] = seq
                 turns.append(requester)
+
+    def _direct_answer(self, requester: str, held: Iterator[bytes], seq: int, stop: int, budget: int,
+                       room: int) -> Iterator[list[bytes]]:
+        """DIRECT-RECORDs of ``held`` (records ``seq..stop-1``); returns (next sequence, bytes spent)."""
+        prefix = proto.record_prefix(proto.DIRECT_RECORD, requester, self.address, self.topic)
+        per_message = len(prefix) + 8 + MESSAGE_OVERHEAD
+        spent = 0
+        end = min(stop, seq + budget)
+        for content in held:
+            yield [prefix + seq.to_bytes(8, "big"), content]
+            spent += per_message + len(content)
+            seq += 1
+            if seq >= end or spent >= room:
+                break
+        return seq, spent
+
+    def _bulk_answer(self, requester: str, held: Iterator[bytes], seq: int, stop: int, budget: int,
+                     room: int) -> Iterator[list[bytes]]:
+        """DIRECT-RECORDS of ``held`` (records ``seq..stop-1``), packed in C;
+        returns (next sequence, bytes spent)."""
+        prefix = proto.direct_records_prefix(requester, self.address, self.topic)
+        spent = 0
+        end = min(stop, seq + budget)
+        count = bulk_answers.FIRST_COUNT
+        while seq < end and spent < room:
+            values = list(islice(held, min(count, end - seq)))
+            lengths, contents = proto.pack_contents(values)
+            n = len(values)
+            frame = prefix + seq.to_bytes(8, "big") + n.to_bytes(4, "big") + _NO_STAMPS
+            yield [frame, lengths, contents]
+            spent += len(frame) + len(lengths) + len(contents) + MESSAGE_OVERHEAD
+            seq += n
+            count = bulk_answers.next_count(n, len(contents))
+        return seq, spent
+
+
+_NO_STAMPS = proto.encode_stamps(())  # a producer does not know when stores received its records

@@ -42,6 +42,20 @@ def binary(values: Sequence[bytes]) -> pa.Array:
                                  [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(values))])
 
 
+def binary_from_lengths(lengths: bytes, contents: bytes) -> pa.Array:
+    """A binary column over the frames of a DIRECT-RECORDS: ``contents`` is
+    its data buffer as it is (no copy); the offsets are the running sum of
+    ``lengths`` (u32, little-endian)."""
+    sizes = np.frombuffer(lengths, dtype="<u4")
+    n = len(sizes)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    if offsets[-1] > _MAX_OFFSET:
+        raise DafkaSparkError(f"{n} records of {offsets[-1]} bytes in all do not fit in one Arrow array")
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)),
+                                                  pa.py_buffer(contents)])
+
+
 def int64s(values: np.ndarray) -> pa.Array:
     """A long column of ``values`` (any integer dtype)."""
     data = np.ascontiguousarray(values, dtype=np.int64)
@@ -75,12 +89,16 @@ class Batches:
         self._topics = repeated(topic, 0)
         self._partitions = repeated(partition, 0)
 
-    def batch(self, offsets: np.ndarray, values: Sequence[bytes], times: pa.Array) -> pa.RecordBatch:
+    def batch(self, offsets: np.ndarray, values: Sequence[bytes] | pa.Array, times: pa.Array) -> pa.RecordBatch:
+        """A batch of records at ``offsets``; ``values`` a list of contents or
+        a binary column already."""
         n = len(values)
         if n > len(self._topics):
             self._topics = repeated(self.topic, n)
             self._partitions = repeated(self.partition, n)
+        if not isinstance(values, pa.Array):
+            values = binary(values)
         return pa.RecordBatch.from_arrays(
-            [self._topics.slice(0, n), self._partitions.slice(0, n), int64s(offsets), binary(values), times],
+            [self._topics.slice(0, n), self._partitions.slice(0, n), int64s(offsets), values, times],
             schema=self.schema,
         )

@@ -48,7 +48,7 @@ import numpy as np
 import plyvel
 import pyarrow as pa
 
-from dafka.store import keys
+from dafka.store import keys, running
 
 from . import arrow
 from .options import DafkaSparkError, OptionError
@@ -102,6 +102,16 @@ def lock_holder(path: str) -> int | None:
         except ValueError:
             continue
     return None
+
+
+def running_store(path: str) -> running.RunningStore | None:
+    """The store running on the directory ``path``, as it left itself there
+    (store/running.py), while it holds the directory's lock; None for a
+    stopped store or a copy, which are read directly."""
+    found = running.read(os.path.realpath(path))
+    if found is None or lock_holder(os.path.realpath(path)) != found.pid:
+        return None
+    return found
 
 
 def _describe(pid: int | None) -> str:

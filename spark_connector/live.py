@@ -8,15 +8,22 @@ store readers in turn connect to it and subscribe ``F``, ``G`` and
 ``W<reader>``; seeing ``W<reader>`` on the XPUB is how it learns that a store
 reader is there and listening.
 
+* The peer announces bulk answers (:mod:`dafka.bulk`): dafka-py stores answer
+  it with one DIRECT-PARTITIONS per request and DIRECT-RECORDS of many records
+  each; reference stores with DIRECT-HEADs and DIRECT-RECORDs, as ever.
 * The driver asks every store reader for the heads of the topic with
-  CONSUMER-HELLO (subjects = [topic]) and collects the DIRECT-HEADs
+  CONSUMER-HELLO (subjects = [topic]) and collects the answers
   (:func:`discover`), until every peer the tower reported has connected back
-  (or is known dead) and nothing arrived for a short quiet period.
+  (or is known dead) and every store reader has answered: a DIRECT-PARTITIONS
+  is a whole answer; after DIRECT-HEADs, nothing arriving for a short quiet
+  period is.
 * Each Spark task FETCHes its own offset range (:func:`fetch_range`) and keeps
-  the DIRECT-RECORDs in sequence order, dropping duplicates (every store
-  answers every FETCH, and so does a live producer for its unacked records).
-  An unanswered range is asked for again; a DIRECT-TAIL says the store's
-  retention deleted the beginning.
+  the records in sequence order, dropping duplicates (every store answers
+  every FETCH, and so does a live producer for its unacked records), as Arrow
+  arrays: a DIRECT-RECORDS becomes one without a Python step per record, its
+  frames being an Arrow binary column's buffers.  An unanswered range is
+  asked for again; a DIRECT-TAIL says the store's retention deleted the
+  beginning.
 
 Nothing here keeps state between calls: every function opens its own peer, on
 its own ZeroMQ context, and closes both.
@@ -29,15 +36,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
+import numpy as np
+import pyarrow as pa
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from dafka import proto
+from dafka import bulk, proto
 from dafka.beacon import CONNECT, Beacon
 from dafka.config import Config
 from dafka.inflight import fetch_window, mean_size
 from dafka.peer import DataSocket, connect, new_address, read_rest, read_subscriptions
+from dafka.security import Curve
+from dafka.store.running import RunningStore
 
+from . import arrow
 from .options import DafkaSparkError
 
 log = logging.getLogger(__name__)
@@ -70,15 +82,21 @@ class DataLoss(DafkaSparkError):
 
 
 class LivePeer:
-    """A raw Dafka peer for one short job; use as a context manager."""
+    """A raw Dafka peer for one short job; use as a context manager.
 
-    def __init__(self, config: Config, *, name: str = "spark") -> None:
+    It finds the store readers through the tower, or, given ``direct`` (what
+    a running store left in its directory, store/running.py), talks to that
+    one reader alone: its SUB connects to the reader's data endpoint and its
+    XPUB to the reader's request endpoint, with no tower and no beacon."""
+
+    def __init__(self, config: Config, *, name: str = "spark", direct: RunningStore | None = None) -> None:
         self.config = config
         self.address = new_address()
         self.name = name
         self._ctx = zmq.Context()
         self._sockets: list[zmq.Socket] = []
         self.beacon: Beacon | None = None
+        self.peers: dict[str, str] = {}  # endpoint -> sender, as the tower reports them
         try:
             self.xpub = self._socket(zmq.XPUB)
             self.xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
@@ -86,15 +104,27 @@ class LivePeer:
             self.sub.rcvhwm = RCVHWM
             for msg_id in (proto.DIRECT_RECORD, proto.DIRECT_HEAD, proto.STORE_HELLO, proto.DIRECT_TAIL):
                 self.sub.setsockopt(zmq.SUBSCRIBE, proto.subscription(msg_id, self.address, exact=True))
+            if config["consumer/bulk"]:
+                for prefix in bulk.subscriptions(self.address):
+                    self.sub.setsockopt(zmq.SUBSCRIBE, prefix)
             self.monitor = self.sub.get_monitor_socket(_MONITOR_EVENTS)
             self._sockets.append(self.monitor)
-            data = DataSocket(self._ctx, config, self.xpub, self.address, name)
-            self.endpoint = data.endpoint
-            self.beacon = data.beacon.start()
+            if direct is None:
+                data = DataSocket(self._ctx, config, self.xpub, self.address, name)
+                self.endpoint = data.endpoint
+                self.beacon = data.beacon.start()
+            else:
+                curve = Curve.from_config(config)
+                if curve is not None:
+                    curve.client(self.xpub)
+                    curve.client(self.sub)
+                self.endpoint = direct.requests
+                self.xpub.connect(direct.requests)
+                self.sub.connect(direct.data)
+                self.peers[direct.data] = direct.reader
         except BaseException:
             self.close()
             raise
-        self.peers: dict[str, str] = {}  # endpoint -> sender, as the tower reports them
         self.dead: set[str] = set()  # endpoints that refuse connections
         self.subscribers: set[str] = set()  # addresses seen in subscriptions to our XPUB
         # A store reader is *ready* once it listens to us (its SUB subscribed
@@ -106,7 +136,8 @@ class LivePeer:
         self.ready: list[str] = []  # readers ready, in order
         self.new_ready: list[str] = []
         self.changed = time.monotonic()
-        self.welcomed_at: float | None = None
+        # with a tower: when it welcomed us (its replay of the peers follows); direct: no replay to wait for
+        self.welcomed_at: float | None = None if direct is None else float("-inf")
 
     def _socket(self, kind: int) -> zmq.Socket:
         sock = self._ctx.socket(kind)
@@ -138,6 +169,8 @@ class LivePeer:
     # -- discovery ----------------------------------------------------------
 
     def wait_tower(self, timeout: float) -> None:
+        if self.beacon is None:
+            return  # direct: no tower
         if not self.beacon.wait_connected(timeout):
             raise TowerUnreachable(
                 f"no Dafka tower answered within {timeout:.0f} s at {self.config['beacon/pub_address']} "
@@ -150,7 +183,7 @@ class LivePeer:
     def pump(self) -> None:
         """Apply discovery events, connection events and new subscriptions."""
         now = time.monotonic()
-        for event in Beacon.read_events(self.beacon.events):
+        for event in Beacon.read_events(self.beacon.events) if self.beacon is not None else ():
             if event.kind == CONNECT:
                 if event.endpoint not in self.peers and not connect(self.sub, event.endpoint):
                     continue
@@ -238,22 +271,32 @@ class LivePeer:
         except proto.MalformedMessage:
             return None
 
-    def collect_heads(self, topic: str, timeout: float) -> tuple[dict[str, int], list[str]]:
-        """Ask every store reader for the heads of ``topic``; returns
-        (partition -> highest head any store has, reader addresses asked)."""
+    def collect_heads(self, topic: str, timeout: float) -> "Discovery":
+        """Ask every store reader for the partitions of ``topic``: each one's
+        highest head, and its lowest tail where every reader said (a
+        DIRECT-PARTITIONS does; a DIRECT-HEAD does not)."""
         deadline = time.monotonic() + timeout
         heads: dict[str, int] = {}
+        tails: dict[str, int] = {}
         asked: set[str] = set()
+        whole: set[str] = set()  # readers whose DIRECT-PARTITIONS came: their answer is complete
         self.new_ready = list(self.ready)  # a new round asks every ready reader again
         last_news = time.monotonic()
         while True:
             self.pump()
-            msg = self.recv(0.01)
+            msg = self.recv(0.01 if asked - whole or not self.settled() else 0.002)
             while msg is not None:
-                if type(msg) is proto.DirectHeadMsg:
+                kind = type(msg)
+                if kind is proto.DirectPartitionsMsg and msg.topic == self.address:
+                    for info in msg.partitions:
+                        if info.subject == topic:
+                            heads[info.address] = max(heads.get(info.address, -1), info.head)
+                            tails[info.address] = min(tails.get(info.address, info.tail), info.tail)
+                    whole.add(msg.address)
+                    last_news = time.monotonic()
+                elif kind is proto.DirectHeadMsg:
                     if msg.topic == self.address and msg.subject == topic:
-                        if msg.sequence > heads.get(msg.address, -1):
-                            heads[msg.address] = msg.sequence
+                        heads[msg.address] = max(heads.get(msg.address, -1), msg.sequence)
                         last_news = time.monotonic()
                 else:
                     self.on_control(msg)
@@ -265,13 +308,14 @@ class LivePeer:
                     asked.add(reader)
                     last_news = time.monotonic()
             now = time.monotonic()
-            if self.settled() and now - max(last_news, self.changed) >= QUIET:
+            if self.settled() and ((asked and asked <= whole) or now - max(last_news, self.changed) >= QUIET):
                 break
             if now >= deadline:
                 log.info("dafka.spark: discovery of %r stopped after %.1f s without settling "
                          "(%d peers, %d readers)", topic, timeout, len(self.peers), len(asked))
                 break
-        return heads, sorted(asked)
+        exact = bool(asked) and asked <= whole
+        return Discovery(heads, sorted(asked), len(self.peers), tails=tails if exact else None)
 
 
 @dataclass
@@ -279,15 +323,16 @@ class Discovery:
     heads: dict[str, int]  # partition -> highest sequence stored
     readers: list[str]  # store reader addresses that were asked
     peers: int = 0
+    tails: dict[str, int] | None = None  # partition -> oldest sequence kept, where every reader said
     when: float = field(default_factory=time.time)
 
 
-def discover(config: Config, topic: str, *, tower_timeout: float, timeout: float) -> Discovery:
-    """The heads of ``topic`` on the stores, through a short-lived peer."""
-    with LivePeer(config, name="spark-planner") as peer:
+def discover(config: Config, topic: str, *, tower_timeout: float, timeout: float,
+             direct: RunningStore | None = None) -> Discovery:
+    """The heads of ``topic`` on the stores (or on the ``direct`` one), through a short-lived peer."""
+    with LivePeer(config, name="spark-planner", direct=direct) as peer:
         peer.wait_tower(tower_timeout)
-        heads, readers = peer.collect_heads(topic, timeout)
-        return Discovery(heads, readers, len(peer.peers))
+        return peer.collect_heads(topic, timeout)
 
 
 def count_stores(config: Config, *, tower_timeout: float, timeout: float) -> int:
@@ -310,10 +355,11 @@ class Stream:
     """A peer that stays up between micro-batches (the driver of a streaming
     query): each :meth:`heads` call asks the stores again."""
 
-    def __init__(self, config: Config, topic: str, *, tower_timeout: float, timeout: float) -> None:
+    def __init__(self, config: Config, topic: str, *, tower_timeout: float, timeout: float,
+                 direct: RunningStore | None = None) -> None:
         self.topic = topic
         self.timeout = timeout
-        self.peer = LivePeer(config, name="spark-stream")
+        self.peer = LivePeer(config, name="spark-stream", direct=direct)
         try:
             self.peer.wait_tower(tower_timeout)
         except BaseException:
@@ -321,8 +367,7 @@ class Stream:
             raise
 
     def heads(self) -> Discovery:
-        heads, readers = self.peer.collect_heads(self.topic, self.timeout)
-        return Discovery(heads, readers, len(self.peer.peers))
+        return self.peer.collect_heads(self.topic, self.timeout)
 
     def close(self) -> None:
         self.peer.close()
@@ -345,65 +390,83 @@ def fetch_range(
     fail_on_data_loss: bool,
     tower_timeout: float,
     fetch_timeout: float,
-) -> Iterator[tuple[int, list[bytes]]]:
-    """Records ``start .. end-1`` of a partition, as ``(first offset, contents)``
-    chunks of consecutive records.
+    direct: RunningStore | None = None,
+) -> Iterator[tuple[int, pa.Array, pa.Array]]:
+    """Records ``start .. end-1`` of a partition, as ``(first offset, values,
+    receive times)`` chunks of consecutive records (Arrow binary and
+    timestamp arrays; the time is null where no store said).
 
     ``readers`` are the store readers that held the partition at planning;
     ``from_earliest`` says ``start`` was "earliest", so records deleted by
-    retention before it are skipped rather than reported as lost."""
+    retention before it are skipped rather than reported as lost; ``direct``
+    reads from that one running store, not through the tower."""
     if end <= start:
         return
-    with LivePeer(config, name="spark-task") as peer:
+    with LivePeer(config, name="spark-task", direct=direct) as peer:
         peer.wait_tower(tower_timeout)
         if not peer.wait_ready(fetch_timeout, prefer=set(readers), grace=READER_GRACE):
             raise NoStore(f"no store reader connected within {fetch_timeout:.0f} s to read "
                           f"{topic}/{partition} (stores at planning: {', '.join(readers) or 'none'})")
+        yield from _RangeReader(peer, config["consumer/fetch_max_bytes"], topic, partition, start, end,
+                                from_earliest, fail_on_data_loss, fetch_timeout).run()
 
-        prefix = proto.record_prefix(proto.DIRECT_RECORD, peer.address, partition, topic)
-        plen = len(prefix)
-        flen = plen + 8
-        window_bytes = config["consumer/fetch_max_bytes"]
-        nxt = start
-        first = start
-        contents: list[bytes] = []
-        size = 0
-        sub = peer.sub
+
+class _RangeReader:
+    """One task's reading of records ``start .. end-1`` through ``peer``.
+
+    FETCH windows of about ``window_bytes``, the next one asked as soon as one
+    is complete: a store pauses an answer beyond its in-flight budget
+    (dafka.inflight) until the requester asks further.  What arrives in order
+    collects as Arrow arrays (``parts``), or as the contents of DIRECT-RECORDs
+    (``loose``) until something else comes, and leaves in chunks of about
+    :data:`BATCH_ROWS` rows or :data:`BATCH_BYTES`."""
+
+    def __init__(self, peer: LivePeer, window_bytes: int, topic: str, partition: str, start: int, end: int,
+                 from_earliest: bool, fail_on_data_loss: bool, fetch_timeout: float) -> None:
+        self.peer = peer
+        self.window_bytes = window_bytes
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+        self.from_earliest = from_earliest
+        self.fail_on_data_loss = fail_on_data_loss
+        self.fetch_timeout = fetch_timeout
+        self.prefix = proto.record_prefix(proto.DIRECT_RECORD, peer.address, partition, topic)
+        self.nxt = start  # the next offset to read
+        self.first = start  # the offset of the first record collected and not yet yielded
+        self.parts: list[tuple[pa.Array, pa.Array]] = []
+        self.loose: list[bytes] = []
+        self.rows = 0
+        self.size = 0
+        self.window_from = self.window_end = start
+        self.record_size = -1
+        self.received = 0  # content bytes received in the current window
+        self.fetched_at = 0.0
+        self.progress_at = time.monotonic()
+
+    def fetch(self) -> None:
+        nxt = self.nxt
+        if nxt > self.window_from and self.received:
+            self.record_size = mean_size(self.record_size, self.received // (nxt - self.window_from))
+        count = min(self.end - nxt, proto.MAX_COUNT, fetch_window(self.window_bytes, self.record_size))
+        self.peer.send(proto.FetchMsg(self.partition, self.peer.address, self.topic, nxt, count))
+        self.window_from, self.window_end, self.received = nxt, nxt + count, 0
+        self.fetched_at = time.monotonic()
+
+    def run(self) -> Iterator[tuple[int, pa.Array, pa.Array]]:
+        sub = self.peer.sub
         recv = sub.recv
         from_bytes = int.from_bytes
-        fetched_at = 0.0
-        progress_at = time.monotonic()
-        # FETCH windows of about consumer/fetch_max_bytes, the next one asked
-        # as soon as one is complete: a store pauses an answer beyond its
-        # in-flight budget (dafka.inflight) until the requester asks further.
-        window_from = window_end = start
-        record_size = -1
-        received = 0  # content bytes received in the current window
-
-        def fetch() -> None:
-            nonlocal fetched_at, window_from, window_end, record_size, received
-            if nxt > window_from and received:
-                record_size = mean_size(record_size, received // (nxt - window_from))
-            count = min(end - nxt, proto.MAX_COUNT, fetch_window(window_bytes, record_size))
-            peer.send(proto.FetchMsg(partition, peer.address, topic, nxt, count))
-            window_from, window_end, received = nxt, nxt + count, 0
-            fetched_at = time.monotonic()
-
-        fetch()
-        while nxt < end:
+        prefix = self.prefix
+        plen = len(prefix)
+        flen = plen + 8
+        self.fetch()
+        while self.nxt < self.end:
             if not sub.poll(50):
-                now = time.monotonic()
-                peer.pump()
-                if now - progress_at >= fetch_timeout:
-                    raise FetchTimeout(
-                        f"no store sent {topic}/{partition} records from offset {nxt} (reading {start}..{end - 1}) "
-                        f"for {fetch_timeout:.0f} s; store readers connected: {len(peer.ready)}. "
-                        f'Check that the stores are running, or raise option "fetchTimeoutMs"'
-                    )
-                if now - max(progress_at, fetched_at) >= RETRY:
-                    fetch()
+                self._idle()
                 continue
-            before = nxt
+            before = self.nxt
             for _ in range(10_000):
                 # Bytes, not zmq.Frame (0.6 us a message): a frame that is our
                 # DIRECT-RECORD header is followed by its content, already here.
@@ -412,55 +475,125 @@ def fetch_range(
                 except zmq.Again:
                     break
                 if len(frame) != flen or frame[:plen] != prefix:
-                    tail = _other_message(sub, frame, peer, topic, partition)
-                    if tail is None or tail <= nxt:
-                        continue
-                    if not (from_earliest and nxt == start):
-                        lost = f"records {nxt}..{min(tail, end) - 1} of {topic}/{partition}"
-                        if fail_on_data_loss:
-                            raise DataLoss(f"{lost} were deleted by the stores' retention before they could be "
-                                           f'read; set .option("failOnDataLoss", "false") to skip them')
-                        log.warning("dafka.spark: %s were deleted by retention; skipped", lost)
-                    if contents:
-                        yield first, contents
-                        contents, size = [], 0
-                    nxt = first = min(tail, end)
-                    progress_at = time.monotonic()
-                    if nxt >= end:
-                        break
-                    if nxt >= window_end:
-                        fetch()
-                    continue
-                try:
-                    value = recv(zmq.NOBLOCK)
-                except zmq.Again:
-                    continue  # a header without its content: malformed
-                if from_bytes(frame[plen:], "big") != nxt:
-                    continue  # a duplicate (another store, a repeated answer) or ahead of a gap
-                contents.append(value)
-                size += len(value)
-                received += len(value)
-                nxt += 1
-                if nxt >= end:
+                    tail = self._other(read_rest(sub, frame))
+                    if tail is not None:
+                        if self.rows:
+                            yield self._take()  # a chunk holds consecutive offsets
+                        self._skip_to(tail)
+                else:
+                    try:
+                        value = recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        continue  # a header without its content: malformed
+                    if from_bytes(frame[plen:], "big") != self.nxt:
+                        continue  # a duplicate (another store, a repeated answer) or ahead of a gap
+                    self.loose.append(value)
+                    self.size += len(value)
+                    self.received += len(value)
+                    self.rows += 1
+                    self.nxt += 1
+                if self.nxt >= self.end:
                     break
-                if len(contents) >= BATCH_ROWS or size >= BATCH_BYTES:
-                    yield first, contents
-                    first, contents, size = nxt, [], 0
-                if nxt >= window_end:
-                    fetch()
-            if nxt != before:
-                progress_at = time.monotonic()
-        if contents:
-            yield first, contents
+                if self.rows >= BATCH_ROWS or self.size >= BATCH_BYTES:
+                    yield self._take()
+                if self.nxt >= self.window_end:
+                    self.fetch()
+            if self.nxt != before:
+                self.progress_at = time.monotonic()
+        if self.rows:
+            yield self._take()
+
+    def _idle(self) -> None:
+        now = time.monotonic()
+        self.peer.pump()
+        if now - self.progress_at >= self.fetch_timeout:
+            raise FetchTimeout(
+                f"no store sent {self.topic}/{self.partition} records from offset {self.nxt} (reading "
+                f"{self.start}..{self.end - 1}) for {self.fetch_timeout:.0f} s; store readers connected: "
+                f'{len(self.peer.ready)}. Check that the stores are running, or raise option "fetchTimeoutMs"'
+            )
+        if now - max(self.progress_at, self.fetched_at) >= RETRY:
+            self.fetch()
+
+    def _other(self, frames: list[bytes]) -> int | None:
+        """A message that is not one of our DIRECT-RECORDs: a DIRECT-RECORDS
+        for us is taken in; returns the sequence of a DIRECT-TAIL for us that
+        skips records, else None (a store reader's STORE-HELLO goes to the peer)."""
+        if len(frames) == 3 and frames[0][:1] == proto.DIRECT_RECORDS:
+            try:
+                msg = proto.decode(frames)
+            except proto.MalformedMessage:
+                return None
+            if msg.topic == self.peer.address and msg.address == self.partition and msg.subject == self.topic:
+                self._records(msg)
+        elif len(frames) == 1:
+            tail = _tail(frames[0], self.peer, self.topic, self.partition)
+            if tail is not None and tail > self.nxt:
+                return tail
+        return None
+
+    def _records(self, msg: proto.DirectRecordsMsg) -> None:
+        """The records of a DIRECT-RECORDS from ``nxt`` on, as Arrow arrays over its frames."""
+        first, nxt = msg.sequence, self.nxt
+        stop = min(first + msg.count, self.end)
+        if stop <= nxt or first > nxt:
+            return  # duplicates, or ahead of a gap (fetched again)
+        values = arrow.binary_from_lengths(msg.lengths, msg.contents)
+        if nxt > first or stop < first + msg.count:
+            values = values.slice(nxt - first, stop - nxt)
+        self._loose_to_part()
+        self.parts.append((values, _times(msg.stamps, nxt, stop)))
+        self.rows += stop - nxt
+        self.size += values.nbytes
+        self.received += len(msg.contents)
+        self.nxt = stop
+
+    def _skip_to(self, tail: int) -> None:
+        """Records before ``tail`` were deleted by a store's retention."""
+        nxt, end = self.nxt, self.end
+        if not (self.from_earliest and nxt == self.start):
+            lost = f"records {nxt}..{min(tail, end) - 1} of {self.topic}/{self.partition}"
+            if self.fail_on_data_loss:
+                raise DataLoss(f"{lost} were deleted by the stores' retention before they could be "
+                               f'read; set .option("failOnDataLoss", "false") to skip them')
+            log.warning("dafka.spark: %s were deleted by retention; skipped", lost)
+        self.nxt = self.first = min(tail, end)
+        self.progress_at = time.monotonic()
+        if self.nxt < end and self.nxt >= self.window_end:
+            self.fetch()
+
+    def _loose_to_part(self) -> None:
+        if self.loose:
+            self.parts.append((arrow.binary(self.loose), arrow.null_timestamps(len(self.loose))))
+            self.loose = []
+
+    def _take(self) -> tuple[int, pa.Array, pa.Array]:
+        """What was collected, as one chunk; the next starts at ``nxt``."""
+        self._loose_to_part()
+        parts = self.parts
+        if len(parts) == 1:
+            values, times = parts[0]
+        else:
+            values = pa.concat_arrays([v for v, _ in parts])
+            times = pa.concat_arrays([t for _, t in parts])
+        chunk = (self.first, values, times)
+        self.parts, self.rows, self.size, self.first = [], 0, 0, self.nxt
+        return chunk
 
 
-def _other_message(sub: zmq.Socket, frame: bytes, peer: LivePeer, topic: str, partition: str) -> int | None:
-    """A message that is not one of our DIRECT-RECORDs: read the rest of it;
-    the oldest kept sequence if it is a DIRECT-TAIL for us, else None."""
-    frames = read_rest(sub, frame)
-    if len(frames) > 1:
-        return None  # two frames or more, and not ours: dropped
-    return _tail(frame, peer, topic, partition)
+def _times(stamps: tuple[tuple[int, int], ...], start: int, stop: int) -> pa.Array:
+    """The receive time of records ``start .. stop-1`` from a DIRECT-RECORDS' stamps."""
+    n = stop - start
+    if not stamps:
+        return arrow.null_timestamps(n)
+    firsts = np.fromiter((f for f, _ in stamps), dtype=np.uint64, count=len(stamps))
+    millis = np.fromiter((m for _, m in stamps), dtype=np.uint64, count=len(stamps))
+    offsets = np.arange(start, stop, dtype=np.uint64)
+    idx = np.searchsorted(firsts, offsets, side="right").astype(np.int64) - 1
+    clipped = np.clip(idx, 0, None)
+    ms = millis[clipped]
+    known = (idx >= 0) & (ms != proto.UNKNOWN_TIME)
+    return arrow.timestamps(np.where(known, ms, 0).astype(np.int64) * 1000, known)
 
 
 def _tail(frame: bytes, peer: LivePeer, topic: str, partition: str) -> int | None:

@@ -36,6 +36,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType, TimestampType
 
 from dafka.errors import FlushTimeout
+from dafka.store.running import RunningStore
 
 from . import arrow, leveldb, live
 from .options import EARLIEST, LATEST, DafkaSparkError, Options, OptionError, parse
@@ -103,16 +104,27 @@ def _check_schema(given: StructType) -> None:
 @dataclass
 class Layout:
     """The partitions of the topic: partition -> (earliest, latest) offsets,
-    latest exclusive.  ``exact`` is False in live mode, where the earliest
-    offset is not known at planning (0, with retention's gap skipped while
-    reading)."""
+    latest exclusive.  ``exact`` is False when the earliest offset is not known
+    at planning (stores that answer without DIRECT-PARTITIONS: 0, with
+    retention's gap skipped while reading)."""
 
     partitions: dict[str, tuple[int, int]]
     exact: bool
     readers: list[str] = field(default_factory=list)
+    via: RunningStore | None = None  # path: the store running on the directory, read through instead
 
 
 def _layout_path(opts: Options, lock_timeout: float = PLANNING_LOCK_TIMEOUT) -> Layout:
+    store = leveldb.running_store(opts.path)
+    if store is not None:  # a running store holds the directory: read through it
+        found = live.discover(opts.config(), opts.topic, tower_timeout=opts.timeout("towerTimeoutMs"),
+                              timeout=opts.timeout("discoveryTimeoutMs"), direct=store)
+        if not found.readers:
+            raise live.NoStore(f"the store running on {opts.path} (process {store.pid}) did not answer at "
+                               f"{store.data} within {opts.timeout('discoveryTimeoutMs'):.0f} s")
+        layout = _layout_discovery(opts, found)
+        layout.via = store
+        return layout
     with leveldb.open_db(opts.path, min(lock_timeout, opts.timeout("lockTimeoutMs"))) as db:
         leveldb.settle(db, opts.path)
         found = leveldb.partitions(db, opts.topic)
@@ -126,7 +138,11 @@ def _layout_path(opts: Options, lock_timeout: float = PLANNING_LOCK_TIMEOUT) -> 
 
 
 def _layout_discovery(opts: Options, found: live.Discovery) -> Layout:
-    layout = Layout({p: (0, head + 1) for p, head in found.heads.items()}, exact=False, readers=found.readers)
+    if found.tails is not None:  # every store said where its partitions start (DIRECT-PARTITIONS)
+        layout = Layout({p: (min(found.tails.get(p, 0), head + 1), head + 1) for p, head in found.heads.items()},
+                        exact=True, readers=found.readers)
+    else:
+        layout = Layout({p: (0, head + 1) for p, head in found.heads.items()}, exact=False, readers=found.readers)
     if not found.heads and opts.mode == "read":
         if not found.readers:
             raise live.NoStore(
@@ -157,42 +173,40 @@ class DafkaRange(InputPartition):
     is data loss (``failOnDataLoss``)."""
 
     def __init__(self, topic: str, partition: str, start: int, end: int, from_earliest: bool,
-                 readers: list[str]) -> None:
+                 readers: list[str], via: RunningStore | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.start = start
         self.end = end
         self.from_earliest = from_earliest
         self.readers = readers
+        self.via = via  # path mode on a running store: read through it
 
 
 def _split(topic: str, partition: str, start: int, end: int, from_earliest: bool, readers: list[str],
-           per_task: int | None) -> list[DafkaRange]:
+           per_task: int | None, via: RunningStore | None = None) -> list[DafkaRange]:
     if end <= start:
         return []
-    if per_task is None:
-        return [DafkaRange(topic, partition, start, end, from_earliest, readers)]
-    return [DafkaRange(topic, partition, s, min(s + per_task, end), from_earliest, readers)
-            for s in range(start, end, per_task)]
+    step = end - start if per_task is None else per_task
+    return [DafkaRange(topic, partition, s, min(s + step, end), from_earliest, readers, via)
+            for s in range(start, end, step)]
 
 
 def _read(opts: Options, schema: StructType, part: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(part, DafkaRange):
         return  # Spark's placeholder when there is nothing to read
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    if opts.path is not None:
+    if opts.path is not None and part.via is None:
         with leveldb.snapshot_db(opts.path, opts.timeout("lockTimeoutMs")) as db:
             yield from leveldb.read_range(db, part.topic, part.partition, part.start, part.end, arrow_schema)
         return
     batches = arrow.Batches(arrow_schema, part.topic, part.partition)
-    for first, contents in live.fetch_range(
+    for first, values, times in live.fetch_range(
         opts.config(), part.topic, part.partition, part.start, part.end,
         readers=part.readers, from_earliest=part.from_earliest, fail_on_data_loss=opts.fail_on_data_loss,
-        tower_timeout=opts.timeout("towerTimeoutMs"), fetch_timeout=opts.timeout("fetchTimeoutMs"),
+        tower_timeout=opts.timeout("towerTimeoutMs"), fetch_timeout=opts.timeout("fetchTimeoutMs"), direct=part.via,
     ):
-        n = len(contents)
-        # The protocol carries no receive time.
-        yield batches.batch(np.arange(first, first + n, dtype=np.int64), contents, arrow.null_timestamps(n))
+        yield batches.batch(np.arange(first, first + len(values), dtype=np.int64), values, times)
 
 
 # --------------------------------------------------------------------------
@@ -262,7 +276,7 @@ class _BatchReader(DataSourceReader):
             end = min(end, self.pushed.high)
             # From "earliest", records that retention deleted meanwhile are not expected: skipped, not lost.
             ranges.extend(_split(opts.topic, partition, start, end, wanted_start == EARLIEST,
-                                 layout.readers, opts.max_records_per_partition))
+                                 layout.readers, opts.max_records_per_partition, layout.via))
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -367,6 +381,7 @@ class DafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._stream: live.Stream | None = None  # the driver's peer, kept between micro-batches
         self._target: Layout | None = None  # availableNow: the end, fixed when the query starts
         self._earliest: dict[str, int] = {}
+        self._via: RunningStore | None = None  # path on a running store: read through it
         self._warned = False
 
     def __getstate__(self):
@@ -387,6 +402,7 @@ class DafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._warned = True
             log.warning("dafka.spark: topic %r has no records yet (%s); waiting for some", opts.topic, opts.where())
         self._earliest.update({p: e for p, (e, _) in layout.partitions.items()})
+        self._via = layout.via
         return layout
 
     def _offsets(self, positions: dict[str, int]) -> dict:
@@ -441,7 +457,7 @@ class DafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if first is None:
                 first = self._earliest.get(partition, 0)
             ranges.extend(_split(topic, partition, first, stop, from_earliest, sorted(readers),
-                                 self.opts.max_records_per_partition))
+                                 self.opts.max_records_per_partition, self._via))
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

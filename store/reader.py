@@ -39,6 +39,7 @@ import zmq
 
 from dafka import proto
 from dafka.config import Config
+from dafka import bulk as bulk_answers
 from dafka.inflight import MESSAGE_OVERHEAD, InflightLedger
 from dafka.loop import Loop
 from dafka.peer import raw_send
@@ -54,32 +55,48 @@ DRAIN = 10_000  # requests handled per wake-up
 STALL_TIMEOUT = 10.0  # seconds an answer may wait for room (pipe or budget) before it is dropped
 _STALL_POLL = 0.005  # seconds between attempts while every answer waits for room in a pipe
 _PAUSE_CHECK = 1.0  # seconds between looks at answers paused by the budget (only to drop old ones)
+PACE_RETRY = 1.0  # seconds between DIRECT-HEADs to a paused requester without bulk answers
 
 _SNDMORE_NOBLOCK = zmq.SNDMORE | zmq.NOBLOCK
 
 
 class _Answer:
-    """One FETCH being answered."""
+    """One FETCH being answered: records ``next .. end-1`` still to send."""
 
-    __slots__ = ("key", "requester", "subject", "producer", "partition", "prefix", "out_prefix", "seq", "left",
-                 "it", "carry", "first", "stalled_since", "paused_since", "done")
+    __slots__ = ("key", "requester", "subject", "producer", "partition", "prefix", "out_prefix", "bulk",
+                 "next", "end", "left", "it", "carry", "first", "chunk", "exhausted",
+                 "stalled_since", "paused_since", "paced_at", "done")
 
-    def __init__(self, requester: str, subject: str, producer: str, seq: int, count: int) -> None:
+    def __init__(self, requester: str, subject: str, producer: str, seq: int, count: int, bulk: bool) -> None:
         self.key = (requester, subject, producer)
         self.requester = requester
         self.subject = subject
         self.producer = producer
         self.partition = (subject, producer)
         self.prefix = keys.partition_prefix(keys.RECORD, subject, producer)
-        self.out_prefix = proto.record_prefix(proto.DIRECT_RECORD, requester, producer, subject)
-        self.seq = seq
-        self.left = count
-        self.it = None
-        self.carry: list[list[bytes]] = []  # messages taken from the iterator but not sent yet
+        self.bulk = bulk  # the requester reads DIRECT-RECORDS
+        if bulk:
+            self.out_prefix = proto.direct_records_prefix(requester, producer, subject)
+        else:
+            self.out_prefix = proto.record_prefix(proto.DIRECT_RECORD, requester, producer, subject)
+        self.next = seq  # the next sequence to send
+        self.end = min(seq + count, proto.MAX_SEQUENCE + 1)
+        self.left = count  # records still to send (DIRECT-RECORD answers)
+        self.it = None  # DIRECT-RECORD answers read one LevelDB iterator
+        # messages taken from the database but not sent yet: (frames, first, end) with the
+        # sequence range they carry (first = end for one that carries none, a DIRECT-TAIL)
+        self.carry: deque[tuple[list[bytes], int, int]] = deque()
         self.first = True
+        self.chunk = bulk_answers.FIRST_COUNT  # records in the next DIRECT-RECORDS
+        self.exhausted = False  # nothing stored after ``next``
         self.stalled_since: float | None = None  # its requester's pipe is full
         self.paused_since: float | None = None  # its requester's budget is spent
+        self.paced_at = float("-inf")  # when a DIRECT-HEAD last told a paused requester to ask again
         self.done = False
+
+    @property
+    def finished(self) -> bool:
+        return not self.carry and (self.exhausted or self.next >= self.end)
 
     def close(self) -> None:
         self.done = True
@@ -93,6 +110,11 @@ def _waiting_since(answer: _Answer, now: float) -> float:
     if answer.stalled_since is not None:
         return answer.stalled_since
     return answer.paused_since if answer.paused_since is not None else now
+
+
+def _key(prefix: bytes, seq: int) -> bytes:
+    """Record ``seq``'s key under ``prefix``; past the last possible one, the end of the partition."""
+    return prefix + keys.seq_bytes(seq) if seq <= proto.MAX_SEQUENCE else keys.prefix_end(prefix)
 
 
 class Reader(RoleThread):
@@ -113,20 +135,36 @@ class Reader(RoleThread):
         self._sub = ctx.socket(zmq.SUB)
         self._sub.rcvhwm = hwm
         self._sub.linger = 0
-        for prefix in (
-            proto.subscription(proto.FETCH),
-            proto.subscription(proto.GET_HEADS),
-            proto.subscription(proto.CONSUMER_HELLO, address),
-        ):
-            self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
-        super().__init__(ctx, config, self._xpub, self._sub, address, name)
+        # Requests come on a SUB connected to every peer, and (extension) on
+        # one bound for requesters that know the store's directory and no
+        # tower (store/running.py): the same subscriptions on both.
+        self._requests = ctx.socket(zmq.SUB)
+        for sock in (self._sub, self._requests):
+            for prefix in (
+                proto.subscription(proto.FETCH),
+                proto.subscription(proto.GET_HEADS),
+                proto.subscription(proto.CONSUMER_HELLO, address),
+            ):
+                sock.setsockopt(zmq.SUBSCRIBE, prefix)
+        self._requests.rcvhwm = hwm
+        self._requests.linger = 0
+        try:
+            super().__init__(ctx, config, self._xpub, self._sub, address, name)
+            self.requests_endpoint = self._data.bind_also(self._requests)
+        except BaseException:
+            self._requests.close(0)
+            raise
+        self._sockets.append(self._requests)
         self._answers: deque[_Answer] = deque()
         self._by_key: dict[tuple[str, str, str], _Answer] = {}
         self._ledger = InflightLedger(config["store/fetch_inflight_bytes"])
+        self._bulk = bulk_answers.Negotiated()
         # counters
         self.malformed = 0
         self.fetches = 0  # FETCHes answered (at least one record or tail)
         self.records_sent = 0
+        self.bulk_messages = 0  # DIRECT-RECORDS and DIRECT-PARTITIONS sent
+        self.paced = 0  # DIRECT-HEADs that told a requester without bulk answers to ask again
         self.tails_sent = 0
         self.heads_sent = 0
         self.hellos_sent = 0
@@ -138,6 +176,7 @@ class Reader(RoleThread):
     def _run(self) -> None:
         loop = Loop()
         loop.add_reader(self._sub, self._on_sub)
+        loop.add_reader(self._requests, self._on_sub)
         loop.add_reader(self._xpub, self._on_xpub)
         loop.add_reader(self._data.beacon.events, self._links.on_beacon)
         loop.add_reader(self._wake, self._on_wake)
@@ -157,7 +196,7 @@ class Reader(RoleThread):
                 answer.close()
             self._answers.clear()
             self._by_key.clear()
-            for sock in (self._sub, self._xpub, self._wake):
+            for sock in self._sockets:
                 sock.close()
 
     def _wait_for_answers(self) -> float | None:
@@ -212,6 +251,8 @@ class Reader(RoleThread):
             if sub.msg_id == proto.DIRECT_RECORD and sub.topic:
                 self._ledger.listening(sub.topic, sub.subscribe)
                 continue
+            if self._bulk.on_subscription(sub):
+                continue
             if sub.subscribe and sub.msg_id == proto.STORE_HELLO and sub.topic:
                 try:
                     frames = proto.encode(proto.StoreHelloMsg(sub.topic, self.address))
@@ -263,12 +304,15 @@ class Reader(RoleThread):
                 self._send_heads_locked(requester, subject)
 
     def _send_heads_locked(self, requester: str, subject: str) -> None:
-        """DIRECT-HEAD for every partition of exactly ``subject``; the empty
-        subject asks for every partition of every topic (a reference store,
-        matching prefixes, answers it the same way)."""
+        """The heads of every partition of exactly ``subject`` (the empty
+        subject asks for every partition of every topic; a reference store,
+        matching prefixes, answers it the same way): one DIRECT-PARTITIONS to
+        a requester that reads it, else a DIRECT-HEAD per partition."""
         raw = keys.to_bytes(subject)
         if not keys.valid_name(raw):
             return
+        bulk = requester in self._bulk.partitions
+        found: list[proto.PartitionInfo] = []
         prefix = keys.HEAD + raw + b"\0" if raw else keys.HEAD
         for key, value in self._db.iterator(prefix=prefix):
             try:
@@ -277,14 +321,32 @@ class Reader(RoleThread):
                 continue
             if len(value) != keys.SEQ_BYTES or (raw and parsed.subject != subject):
                 continue
+            head = keys.seq_of(value)
+            if bulk:
+                found.append(proto.PartitionInfo(parsed.subject, parsed.address, self._tail(key, head), head))
+                continue
             try:
-                frames = proto.encode(proto.DirectHeadMsg(requester, parsed.address, parsed.subject,
-                                                          keys.seq_of(value)))
+                frames = proto.encode(proto.DirectHeadMsg(requester, parsed.address, parsed.subject, head))
             except ValueError:
                 self.malformed += 1
                 return
             if self._send_now(frames):
                 self.heads_sent += 1
+        if bulk:
+            try:
+                frames = proto.encode(proto.DirectPartitionsMsg(requester, self.address, subject, tuple(found)))
+            except ValueError:
+                self.malformed += 1
+                return
+            if self._send_now(frames):
+                self.heads_sent += len(found)
+                self.bulk_messages += 1
+
+    def _tail(self, head_key: bytes, head: int) -> int:
+        """The oldest sequence stored of the partition of ``head_key`` (head + 1 if none is left)."""
+        prefix = keys.RECORD + head_key[1:]
+        first = next(self._db.iterator(prefix=prefix, include_value=False), None)
+        return head + 1 if first is None else keys.seq_of(first[-keys.SEQ_BYTES:])
 
     def _on_fetch(self, msg: proto.FetchMsg) -> None:
         if msg.address == self.writer_address or msg.count == 0:
@@ -292,7 +354,8 @@ class Reader(RoleThread):
         if not (keys.valid_name(keys.to_bytes(msg.subject)) and keys.valid_name(keys.to_bytes(msg.topic))):
             return
         try:
-            answer = _Answer(msg.address, msg.subject, msg.topic, msg.sequence, msg.count)
+            answer = _Answer(msg.address, msg.subject, msg.topic, msg.sequence, msg.count,
+                             msg.address in self._bulk.records)
         except ValueError:  # a requester address the wire cannot carry back
             self.malformed += 1
             return
@@ -303,9 +366,9 @@ class Reader(RoleThread):
             old = self._by_key.pop(answer.key, None)
             if old is not None:
                 old.close()  # superseded: the requester has moved on
-            answer.it = self._db.iterator(
-                start=answer.prefix + keys.seq_bytes(msg.sequence), stop=keys.prefix_end(answer.prefix)
-            )
+            if not answer.bulk:
+                answer.it = self._db.iterator(start=answer.prefix + keys.seq_bytes(msg.sequence),
+                                              stop=keys.prefix_end(answer.prefix))
             self._by_key[answer.key] = answer
             self._answers.append(answer)
 
@@ -319,10 +382,12 @@ class Reader(RoleThread):
             answer = answers.popleft()
             if answer.done:
                 continue
-            sent, finished = self._serve_one(answer, budget)
+            sent = self._serve_one(answer, budget)
             budget -= sent
             self.records_sent += sent
-            if finished:
+            if answer.finished:
+                if not answer.bulk:
+                    self._pace(answer)
                 answer.close()
                 if self._by_key.get(answer.key) is answer:
                     del self._by_key[answer.key]
@@ -338,62 +403,87 @@ class Reader(RoleThread):
             else:
                 answers.append(answer)
 
-    def _serve_one(self, answer: _Answer, budget: int) -> tuple[int, bool]:
-        """Send part of one answer: (records sent, finished)."""
+    def _serve_one(self, answer: _Answer, budget: int) -> int:
+        """Send part of one answer; returns the records sent."""
         sent = self._flush_carry(answer)
-        if answer.carry:
-            return sent, False
-        it = answer.it
-        if it is None or answer.left <= 0:
-            return sent, True
-        room = self._ledger.room(answer.requester)
+        if answer.carry or answer.finished:
+            return sent
+        room, stop = self._ledger.room_at(answer.requester, answer.next, answer.bulk)
         if room <= 0:
+            now = time.monotonic()
             if answer.paused_since is None:
-                answer.paused_since = time.monotonic()
+                answer.paused_since = now
                 self.paused += 1
-            return sent, False
+            if not answer.bulk and now - answer.paced_at >= PACE_RETRY:
+                answer.paced_at = now
+                self._pace(answer)
+            return sent
         answer.paused_since = None
-        out_prefix = answer.out_prefix
         if answer.first:
             answer.first = False
-            try:
-                key, value = next(it)
-            except StopIteration:
-                return sent, True  # nothing stored at or after the sequence asked for
-            self.fetches += 1
-            seq8 = key[-8:]
-            oldest = keys.seq_of(seq8)
-            if oldest > answer.seq:
-                # The records before this one are gone (retention): say so first.
-                answer.carry.append(
-                    proto.encode(proto.DirectTailMsg(answer.requester, answer.producer, answer.subject, oldest))
-                )
-                self.tails_sent += 1
-            answer.carry.append([out_prefix + seq8, value])
-            answer.left -= 1
+            if not self._start(answer):
+                return sent
             sent += self._flush_carry(answer)
-            if answer.carry:
-                return sent, False
-            if answer.left <= 0:
-                return sent, True
-            room = self._ledger.room(answer.requester)
-        if sent >= budget or room <= 0:
-            return sent, False
+            if answer.carry or answer.finished:
+                return sent
+        if sent >= budget:
+            return sent
+        end = answer.end if stop is None else min(answer.end, stop)
+        if answer.bulk:
+            return sent + self._send_bulk(answer, budget - sent, room, end)
+        return sent + self._send_direct(answer, budget - sent, room, end)
+
+    def _start(self, answer: _Answer) -> bool:
+        """Find the first stored record at or after the sequence asked for;
+        if records before it were deleted (retention), a DIRECT-TAIL saying
+        so goes first.  False if there is nothing to send."""
+        if answer.it is not None:
+            first = next(answer.it, None)  # (key, value): its record is carried to be sent first
+        else:
+            first = next(self._db.iterator(start=_key(answer.prefix, answer.next), stop=keys.prefix_end(answer.prefix),
+                                           include_value=False), None)
+        if first is None:
+            answer.exhausted = True
+            return False
+        key = first[0] if answer.it is not None else first
+        seq = keys.seq_of(key[-keys.SEQ_BYTES:])
+        self.fetches += 1
+        if seq > answer.next:
+            # From the oldest record kept on, as many as were asked for (section 7.5).
+            tail = proto.encode(proto.DirectTailMsg(answer.requester, answer.producer, answer.subject, seq))
+            answer.carry.append((tail, seq, seq))
+            self.tails_sent += 1
+            answer.end = min(seq + answer.end - answer.next, proto.MAX_SEQUENCE + 1)
+            answer.next = seq
+        if answer.it is not None:
+            answer.carry.append(([answer.out_prefix + key[-keys.SEQ_BYTES:], first[1]], seq, seq + 1))
+            answer.left -= 1
+            answer.next = seq + 1
+        return True
+
+    def _send_direct(self, answer: _Answer, budget: int, room: int, end: int) -> int:
+        """DIRECT-RECORDs from the answer's iterator, one message per record,
+        until ``budget`` records or ``room`` bytes are spent or ``end``."""
         xpub = self._xpub
         send_rest = self._send_rest
+        out_prefix = answer.out_prefix
         per_message = len(out_prefix) + keys.SEQ_BYTES + MESSAGE_OVERHEAD
-        left = answer.left
-        spent = 0
+        left = min(answer.left, end - answer.next)
+        if left <= 0:
+            return 0
+        sent = spent = 0
         first_seq8 = last_seq8 = None
-        for key, value in it:
+        for key, value in answer.it:
             seq8 = key[-8:]
             frame = out_prefix + seq8
             try:
                 raw_send(xpub, frame, _SNDMORE_NOBLOCK)
             except zmq.Again:
-                answer.carry.append([frame, value])  # taken from the iterator: sent (and charged) later
+                seq = keys.seq_of(seq8)
+                answer.carry.append(([frame, value], seq, seq + 1))  # sent (and charged) later
                 answer.stalled_since = time.monotonic()
-                left -= 1
+                answer.left -= 1
+                answer.next = seq + 1
                 break
             send_rest(value)
             if first_seq8 is None:
@@ -405,47 +495,150 @@ class Reader(RoleThread):
             if left <= 0 or sent >= budget or spent >= room:
                 break
         else:
-            left = 0  # no more records in the partition
-        answer.left = left
+            answer.exhausted = True  # no more records in the partition
+        answer.left -= sent
         if first_seq8 is not None:
-            self._ledger.sent(answer.requester, answer.partition, keys.seq_of(first_seq8),
-                              keys.seq_of(last_seq8) + 1, spent)
-        return sent, left <= 0 and not answer.carry
+            answer.next = max(answer.next, keys.seq_of(last_seq8) + 1)
+            self._ledger.sent(answer.requester, answer.partition, keys.seq_of(first_seq8), keys.seq_of(last_seq8) + 1,
+                              spent)
+        return sent
+
+    def _send_bulk(self, answer: _Answer, budget: int, room: int, end: int) -> int:
+        """DIRECT-RECORDS, each with up to :data:`dafka.bulk.MAX_BYTES` of
+        records read in one go from LevelDB and packed in C, until ``budget``
+        records or ``room`` bytes are spent or ``end``."""
+        db = self._db
+        prefix = answer.prefix
+        sent = spent = 0
+        while sent < budget and spent < room and answer.next < end:
+            first = answer.next
+            n = min(end - first, answer.chunk)
+            values = list(db.iterator(start=_key(prefix, first), stop=_key(prefix, first + n), include_key=False))
+            if len(values) != n:
+                first, values = self._contiguous_run(answer, first, n)
+                if not values:
+                    break
+            n = len(values)
+            lengths, contents = proto.pack_contents(values)
+            del values
+            frame = (answer.out_prefix + first.to_bytes(8, "big") + n.to_bytes(4, "big")
+                     + proto.encode_stamps(self._stamps(answer, first, first + n)))
+            answer.next = first + n
+            answer.chunk = bulk_answers.next_count(n, len(contents))
+            frames = [frame, lengths, contents]
+            if not self._send_message(answer, frames, first, first + n):
+                answer.carry.append((frames, first, first + n))
+                break
+            sent += n
+            spent += len(frame) + len(lengths) + len(contents) + MESSAGE_OVERHEAD
+        return sent
+
+    def _contiguous_run(self, answer: _Answer, first: int, n: int) -> tuple[int, list[bytes]]:
+        """The records from ``first`` on when ``first .. first+n-1`` are not
+        all stored: the run of consecutive ones the range starts with (from
+        the first one stored, if ``first`` itself is gone); none when the
+        partition has nothing more."""
+        items = list(self._db.iterator(start=_key(answer.prefix, first), stop=_key(answer.prefix, first + n)))
+        if not items:
+            later = next(self._db.iterator(start=_key(answer.prefix, first + n), stop=keys.prefix_end(answer.prefix),
+                                           include_value=False), None)
+            if later is None:
+                answer.exhausted = True
+                return first, []
+            answer.next = keys.seq_of(later[-keys.SEQ_BYTES:])  # a gap: the requester FETCHes it, and learns the tail
+            return answer.next, []
+        start = keys.seq_of(items[0][0][-keys.SEQ_BYTES:])
+        run = 1
+        while run < len(items) and keys.seq_of(items[run][0][-keys.SEQ_BYTES:]) == start + run:
+            run += 1
+        return start, [value for _, value in items[:run]]
+
+    def _stamps(self, answer: _Answer, first: int, end: int) -> list[tuple[int, int]]:
+        """When records ``first .. end-1`` were received, from the store's
+        stamps (rfc section 12.1): (first sequence, unix ms) pairs, with
+        :data:`dafka.proto.UNKNOWN_TIME` over a range that no stamp covers."""
+        prefix = keys.STAMP + answer.prefix[1:]
+        db = self._db
+        before = next(db.iterator(start=prefix, stop=_key(prefix, first + 1), reverse=True), None)
+        stamps: list[tuple[int, int]] = []
+        covered = first  # every record below this one has a time (or is before the message)
+        for key, value in db.iterator(start=before[0] if before is not None else prefix, stop=_key(prefix, end)):
+            try:
+                stamp = keys.decode_stamp(key, value)
+            except ValueError:
+                continue
+            if stamp.last < covered:
+                continue
+            start = max(stamp.first, first)
+            if start > covered:
+                stamps.append((covered, proto.UNKNOWN_TIME))
+            if stamps and stamps[-1][1] == stamp.unix_ms:
+                covered = stamp.last + 1
+                continue
+            stamps.append((start, stamp.unix_ms))
+            covered = stamp.last + 1
+        if stamps and covered < end:
+            stamps.append((covered, proto.UNKNOWN_TIME))
+        return stamps
+
+    def _pace(self, answer: _Answer) -> None:
+        """Tell a requester without bulk answers, with a DIRECT-HEAD after
+        what was sent, that the partition holds more than it got: a reference
+        consumer FETCHes again only on a HEAD, a DIRECT-HEAD or a gap, and the
+        producer may be gone (rfc section 6.7)."""
+        head = self._db.get(keys.HEAD + answer.prefix[1:])
+        if head is None or len(head) != keys.SEQ_BYTES or keys.seq_of(head) < answer.next:
+            return
+        try:
+            frames = proto.encode(proto.DirectHeadMsg(answer.requester, answer.producer, answer.subject,
+                                                      keys.seq_of(head)))
+        except ValueError:
+            return
+        if self._send_now(frames):
+            self.paced += 1
+
+    def _send_message(self, answer: _Answer, frames: list[bytes], first: int, end: int) -> bool:
+        """Send one message of an answer without blocking and charge its
+        records ``first .. end-1`` to the requester; False if its pipe is full."""
+        try:
+            raw_send(self._xpub, frames[0], _SNDMORE_NOBLOCK if len(frames) > 1 else zmq.NOBLOCK)
+        except zmq.Again:
+            if answer.stalled_since is None:
+                answer.stalled_since = time.monotonic()
+            return False
+        last = len(frames) - 1
+        for i in range(1, len(frames)):
+            self._send_rest(frames[i], more=i < last)
+        if end > first:
+            self._ledger.sent(answer.requester, answer.partition, first, end,
+                              sum(map(len, frames)) + MESSAGE_OVERHEAD)
+            if len(frames) == 3:
+                self.bulk_messages += 1
+        return True
 
     def _flush_carry(self, answer: _Answer) -> int:
-        """Send what was taken from the iterator but not sent; returns the
+        """Send what was taken from the database but not sent; returns the
         records sent.  Leaves ``answer.carry`` non-empty if there is no room."""
         carry = answer.carry
         sent = 0
-        send = self._xpub.send
         while carry:
-            frames = carry[0]
-            try:
-                if len(frames) == 2:
-                    send(frames[0], _SNDMORE_NOBLOCK)
-                    self._send_rest(frames[1])
-                    sent += 1
-                    seq = keys.seq_of(frames[0][-8:])
-                    self._ledger.sent(answer.requester, answer.partition, seq, seq + 1,
-                                      len(frames[0]) + len(frames[1]) + MESSAGE_OVERHEAD)
-                else:
-                    send(frames[0], zmq.NOBLOCK)
-            except zmq.Again:
-                if answer.stalled_since is None:
-                    answer.stalled_since = time.monotonic()
+            frames, first, end = carry[0]
+            if not self._send_message(answer, frames, first, end):
                 return sent
-            carry.pop(0)
+            sent += end - first
+            carry.popleft()
         answer.stalled_since = None
         return sent
 
-    def _send_rest(self, content: bytes) -> None:
-        """The content frame after an accepted first frame: libzmq only checks
-        the high-water mark at the start of a message, so this cannot fail
-        with EAGAIN; if it ever did, block rather than cut the message."""
+    def _send_rest(self, frame: bytes, more: bool = False) -> None:
+        """A frame after an accepted first frame: libzmq only checks the
+        high-water mark at the start of a message, so this cannot fail with
+        EAGAIN; if it ever did, block rather than cut the message."""
+        flags = _SNDMORE_NOBLOCK if more else zmq.NOBLOCK
         try:
-            raw_send(self._xpub, content, zmq.NOBLOCK)
+            raw_send(self._xpub, frame, flags)
         except zmq.Again:
-            self._xpub.send(content)
+            self._xpub.send(frame, flags & ~zmq.NOBLOCK)
 
     # -- reporting -------------------------------------------------------------
 

@@ -29,6 +29,7 @@ class RoleThread:
         self._waker.linger = 0
         self._waker.connect(wake_name)
         self._waker_lock = threading.Lock()
+        self._sockets = [sub, data, self._wake]  # what the thread closes when it ends (subclasses add theirs)
         self._stopping = False
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"dafka-{name}-{address[:8]}", daemon=True)
@@ -73,7 +74,7 @@ class RoleThread:
             self._waker.close(0)
         if ended and not self._thread.ident:
             # never started: its sockets are still ours to close
-            for sock in (self._sub, self._data_sock, self._wake):
+            for sock in self._sockets:
                 sock.close(0)
         return ended
 

@@ -21,6 +21,7 @@ import zmq
 
 from dafka.peer import ConfigLike, as_config, new_address
 
+from . import running
 from .database import SharedDB
 from .errors import StoreError
 from .reader import Reader
@@ -72,7 +73,19 @@ class Store:
             self._started = True
             self._writer.start()
             self._reader.start()
+            self._advertise()
         return self
+
+    def _advertise(self) -> None:
+        """Leave the reader's endpoints in the directory, for readers of the
+        directory to come through the store (store/running.py)."""
+        try:
+            running.write(self.path, running.RunningStore(
+                os.getpid(), self.reader_address, self._reader.endpoint, self._reader.requests_endpoint,
+                bool(self.config["security/curve"])))
+        except OSError as exc:
+            log.warning("store %s: cannot write %s (%s); a Spark path read of the directory will not find "
+                        "the running store", self.path, running.FILE, exc)
 
     def stop(self, timeout: float = 5) -> None:
         """Write what is held, stop both threads, close the database.  Idempotent."""
@@ -81,6 +94,8 @@ class Store:
                 return
             self._stopped = True
             self._stop_requested.set()
+            if self._started:
+                running.remove(self.path)
             half = max(timeout / 2, 0.1)
             writer_ended = self._writer.stop(half)
             reader_ended = self._reader.stop(half)
@@ -160,6 +175,8 @@ class Store:
             "retention_deleted": w.retention_deleted,
             "fetch_answers": r.fetches,
             "records_served": r.records_sent,
+            "bulk_messages": r.bulk_messages,
+            "paced_heads": r.paced,
             "tails_sent": r.tails_sent,
             "heads_sent": r.heads_sent,
             "hellos_sent": r.hellos_sent,

@@ -31,7 +31,8 @@ from .writer_state import WriterState
 
 log = logging.getLogger(__name__)
 
-DRAIN = 100_000  # messages drained into one batch per wake-up
+DRAIN = 100_000  # records drained into one batch per wake-up at most...
+DRAIN_STEP = 1_000  # ...taken this many messages at a time (one DIRECT-RECORDS holds many)
 TICK = 0.1  # seconds between fetch-retry checks
 HOUSEKEEPING = 1.0  # seconds between write retries / retention passes
 FETCH_RETRY = 1.0  # seconds before a FETCH without progress is repeated
@@ -59,12 +60,15 @@ class Writer(RoleThread):
         self._sub = ctx.socket(zmq.SUB)
         self._sub.rcvhwm = hwm
         self._sub.linger = 0
-        for prefix in (
+        prefixes = [
             proto.subscription(proto.RECORD),
             proto.subscription(proto.HEAD),
             proto.subscription(proto.DIRECT_RECORD, address, exact=True),
             proto.subscription(proto.DIRECT_TAIL, address, exact=True),
-        ):
+        ]
+        if config["store/bulk"]:
+            prefixes.append(proto.subscription(proto.DIRECT_RECORDS, address, exact=True))
+        for prefix in prefixes:
             self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
         super().__init__(ctx, config, self._pub, self._sub, address, name)
 
@@ -116,13 +120,15 @@ class Writer(RoleThread):
             self.error = exc
             log.exception("store writer %s failed", self.address)
         finally:
-            for sock in (self._sub, self._pub, self._wake):
+            for sock in self._sockets:
                 sock.close()
 
     def _on_sub(self, sock: zmq.Socket) -> None:
         state = self.state
         state.now = time.monotonic()
-        drain_records(sock, DRAIN, state)
+        for _ in range(DRAIN // DRAIN_STEP):
+            if drain_records(sock, DRAIN_STEP, state) < DRAIN_STEP or state.staged >= DRAIN:
+                break
         self._commit()
 
     def _commit(self) -> None:

@@ -60,8 +60,10 @@ EXPECTED_DEFAULTS = {
     "consumer/fetch_max_bytes": 8 * 1024 * 1024,
     "consumer/fetch_retry": 1000,
     "consumer/max_buffered": 100000,
+    "consumer/bulk": True,
     "store/sync": False,
     "store/fetch_inflight_bytes": 32 * 1024 * 1024,
+    "store/bulk": True,
     "store/retention/ms": -1,
     "store/retention/bytes": -1,
 }

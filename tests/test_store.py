@@ -14,6 +14,7 @@ import zmq
 
 from helpers import loopback_config, wait_for
 from dafka import Consumer, FlushTimeout, Producer, proto
+from dafka import bulk as bulk_answers
 from dafka.beacon import Beacon
 from dafka.peer import new_address
 from dafka.store import Store, StoreLocked, keys
@@ -125,9 +126,14 @@ class RawPeer:
         self.beacon = Beacon(ctx, self.address, port, host="127.0.0.1", tower_sub=tower.sub_endpoint,
                              tower_pub=tower.pub_endpoint, name="rawpeer").start()
 
-    def listen(self, endpoint: str) -> None:
+    def listen(self, endpoint: str, bulk: bool = False) -> None:
+        """Subscribe to what is addressed to us (as a reference consumer does;
+        with ``bulk``, as a dafka-py one does) and connect to ``endpoint``."""
         for msg_id in (proto.DIRECT_RECORD, proto.DIRECT_HEAD, proto.DIRECT_TAIL, proto.STORE_HELLO):
             self.sub.setsockopt(zmq.SUBSCRIBE, proto.subscription(msg_id, self.address, exact=True))
+        if bulk:
+            for prefix in bulk_answers.subscriptions(self.address):
+                self.sub.setsockopt(zmq.SUBSCRIBE, prefix)
         self.sub.connect(endpoint)
 
     def wait_subscribed(self, frame: bytes, timeout: float = 10.0) -> None:
@@ -338,8 +344,12 @@ def test_reader_serves_a_reference_database_exactly(tower, make_store, raw_peer,
     me = peer.address
     P, Q, R = "P" * 32, "Q" * 32, "R" * 32
 
+    # Exactly the records asked for; then, as the partition holds more and this
+    # requester reads no bulk answers, a DIRECT-HEAD that makes a reference
+    # consumer ask again (rfc section 6.7).
     peer.send(proto.encode(proto.FetchMsg(P, me, "hello", 5, 3)))
-    assert peer.receive() == [proto.DirectRecordMsg(me, P, "hello", s, b"P-%d" % s) for s in (5, 6, 7)]
+    assert peer.receive() == [proto.DirectRecordMsg(me, P, "hello", s, b"P-%d" % s) for s in (5, 6, 7)] + [
+        proto.DirectHeadMsg(me, P, "hello", 29_999)]
 
     peer.send(proto.encode(proto.GetHeadsMsg("hello", me)))
     assert sorted(peer.receive(), key=repr) == [
@@ -353,7 +363,7 @@ def test_reader_serves_a_reference_database_exactly(tower, make_store, raw_peer,
     peer.send(proto.encode(proto.FetchMsg(R, me, "hello", 5, 3)))
     assert peer.receive() == [proto.DirectTailMsg(me, R, "hello", 10)] + [
         proto.DirectRecordMsg(me, R, "hello", s, b"R-%d" % s) for s in (10, 11, 12)
-    ]
+    ] + [proto.DirectHeadMsg(me, R, "hello", 19)]
 
     # Past the head, from the store's own writer, for an unknown partition: no answer.
     peer.send(proto.encode(proto.FetchMsg(P, me, "hello", 30_000, 10)))
@@ -393,29 +403,47 @@ def test_a_slow_requester_is_held_back_not_dropped(tower, make_store, raw_peer, 
     assert store.stats()["answers_dropped"] == 0
 
 
-def test_a_requester_gets_one_budget_of_answers_until_it_shows_progress(tower, make_store, raw_peer, tmp_path):
-    """store/fetch_inflight_bytes: what a requester has not shown received
-    (by FETCHing further) bounds what the reader queues for it; asking again
-    from the same place gets nothing more; asking onward gets the rest."""
-    db = plyvel.DB(str(tmp_path / "db"), create_if_missing=True)
+def _budget_db(path) -> None:
+    db = plyvel.DB(str(path), create_if_missing=True)
     with db.write_batch() as wb:
         for seq in range(2_000):
             wb.put(keys.record_key("budget", "P" * 32, seq), b"%04d" % seq + b"v" * 996)
         wb.put(keys.head_key("budget", "P" * 32), (1_999).to_bytes(8, "big"))
     db.close()
+
+
+def _records(messages) -> list[int]:
+    """The sequences of the records in DIRECT-RECORD and DIRECT-RECORDS messages."""
+    out = []
+    for m in messages:
+        if type(m) is proto.DirectRecordMsg:
+            out.append(m.sequence)
+        elif type(m) is proto.DirectRecordsMsg:
+            out.extend(range(m.sequence, m.sequence + m.count))
+    return out
+
+
+def test_a_bulk_requester_gets_one_budget_of_answers_until_it_shows_progress(tower, make_store, raw_peer,
+                                                                              tmp_path):
+    """store/fetch_inflight_bytes: what a requester has not shown received
+    (by FETCHing further) bounds what the reader queues for it; asking again
+    from the same place gets nothing more; asking onward gets the rest."""
+    _budget_db(tmp_path / "db")
     budget = 200_000
     store = make_store(store__fetch_inflight_bytes=budget)
     peer = raw_peer
-    peer.listen(store.reader_endpoint)
+    peer.listen(store.reader_endpoint, bulk=True)
     assert peer.receive(limit=5)[:1] == [proto.StoreHelloMsg(peer.address, store.reader_address)]
     peer.wait_subscribed(b"\x01F")
     fetch = lambda seq: peer.send(proto.encode(proto.FetchMsg("P" * 32, peer.address, "budget", seq, 2_000 - seq)))
 
     fetch(0)
-    first = [m.sequence for m in peer.receive()]
-    per_record = 1_000 + len(proto.record_prefix(proto.DIRECT_RECORD, peer.address, "P" * 32, "budget")) + 8 + 192
+    messages = peer.receive()
+    assert {type(m) for m in messages} == {proto.DirectRecordsMsg}
+    first = _records(messages)
     assert first == list(range(len(first)))
-    assert budget // per_record <= len(first) <= budget // per_record + 1
+    # whole messages: the last one may go past the budget by less than one message
+    assert budget - bulk_answers.MAX_BYTES <= len(first) * 1_000 <= budget + bulk_answers.MAX_BYTES
     assert store.stats()["answers_paused"] >= 1
     fetch(0)  # no progress shown: the answer starts over, with no room left
     assert peer.receive() == []
@@ -423,8 +451,43 @@ def test_a_requester_gets_one_budget_of_answers_until_it_shows_progress(tower, m
     got = first
     while got[-1] < 1_999:
         fetch(got[-1] + 1)
-        more = [m.sequence for m in peer.receive()]
-        assert more and len(more) <= budget // per_record + 1
+        more = _records(peer.receive())
+        assert more and len(more) * 1_000 <= budget + bulk_answers.MAX_BYTES
+        got += more
+    assert got == list(range(2_000))
+    assert store.stats()["answers_dropped"] == 0
+
+
+def test_a_reference_requester_gets_its_answer_to_the_end_of_a_block_of_100000_within_four_budgets(
+        tower, make_store, raw_peer, tmp_path):
+    """A reference consumer FETCHes a block of 100,000 sequences at most once
+    a second: its answers pause only at the end of a block, or at four budgets
+    in flight, and a DIRECT-HEAD after them tells it to ask again."""
+    _budget_db(tmp_path / "db")
+    budget = 200_000
+    store = make_store(store__fetch_inflight_bytes=budget)
+    peer = raw_peer
+    peer.listen(store.reader_endpoint)
+    assert peer.receive(limit=5)[:1] == [proto.StoreHelloMsg(peer.address, store.reader_address)]
+    peer.wait_subscribed(b"\x01F")
+    per_record = 1_000 + len(proto.record_prefix(proto.DIRECT_RECORD, peer.address, "P" * 32, "budget")) + 8 + 192
+    fetch = lambda seq: peer.send(proto.encode(proto.FetchMsg("P" * 32, peer.address, "budget", seq, 2_000 - seq)))
+
+    fetch(0)
+    messages = peer.receive()
+    first = _records(messages)
+    assert first == list(range(len(first)))
+    assert 4 * budget // per_record <= len(first) <= 4 * budget // per_record + 1
+    assert messages[-1] == proto.DirectHeadMsg(peer.address, "P" * 32, "budget", 1_999)  # ask again
+    assert store.stats()["answers_paused"] >= 1
+    fetch(0)  # no progress shown: nothing more, only the DIRECT-HEAD again
+    assert peer.receive() == [proto.DirectHeadMsg(peer.address, "P" * 32, "budget", 1_999)]
+
+    got = first
+    while got[-1] < 1_999:
+        fetch(got[-1] + 1)
+        more = _records(peer.receive())
+        assert more and len(more) <= 4 * budget // per_record + 1
         got += more
     assert got == list(range(2_000))
     assert store.stats()["answers_dropped"] == 0

@@ -18,6 +18,7 @@ from dafka.spark import OptionError, SCHEMA
 from dafka.spark.leveldb import PathLocked
 from dafka.spark.live import TowerUnreachable
 from dafka.spark.source import DafkaReader, DafkaStreamReader, DafkaWriter
+from dafka.store import running
 
 from .conftest import TOPIC
 
@@ -69,8 +70,15 @@ def test_unreachable_tower(spark):
     assert time.monotonic() - started < 60
 
 
-def test_path_held_by_a_running_store(spark, live_cluster):
-    message = planning_error(spark.read.format("dafka").option("topic", TOPIC).load(live_cluster.db))
+def test_path_held_by_something_else_than_a_running_store(spark, live_cluster, tmp_path):
+    """Without the file a running store leaves (store/running.py), a locked
+    directory is refused, naming the process that holds it."""
+    copy = tmp_path / "running.json"
+    os.replace(os.path.join(live_cluster.db, running.FILE), copy)
+    try:
+        message = planning_error(spark.read.format("dafka").option("topic", TOPIC).load(live_cluster.db))
+    finally:
+        os.replace(copy, os.path.join(live_cluster.db, running.FILE))
     assert f"is locked by process {os.getpid()}" in message
     assert "Stop the store first" in message
 
@@ -120,10 +128,18 @@ def test_tower_forms():
     assert parse_tower("towerhost", None) == ("tcp://towerhost:5556", "tcp://towerhost:5557")
 
 
-def test_a_store_running_in_this_process_is_never_opened_twice(live_cluster):
-    # Opening it would fail and, on the way out, silently drop the store's lock.
-    with pytest.raises(PathLocked, match="open in this very process"):
-        DafkaReader({"topic": TOPIC, "path": live_cluster.db}, SCHEMA).partitions()
+def test_a_store_running_in_this_process_is_never_opened_twice(live_cluster, tmp_path):
+    # Opening it would fail and, on the way out, silently drop the store's lock:
+    # it is read through the store, or refused.
+    ranges = DafkaReader({"topic": TOPIC, "path": live_cluster.db}, SCHEMA).partitions()
+    assert ranges and all(r.via is not None and r.via.pid == os.getpid() for r in ranges)
+    copy = tmp_path / "running.json"
+    os.replace(os.path.join(live_cluster.db, running.FILE), copy)
+    try:
+        with pytest.raises(PathLocked, match="open in this very process"):
+            DafkaReader({"topic": TOPIC, "path": live_cluster.db}, SCHEMA).partitions()
+    finally:
+        os.replace(copy, os.path.join(live_cluster.db, running.FILE))
     live_cluster.produce(TOPIC + "-after", [3])  # the store still owns its database and writes
 
 

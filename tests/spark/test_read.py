@@ -36,7 +36,9 @@ def test_tower_read_returns_every_record(spark, live_cluster):
     rows = df.collect()
     assert len(rows) == PARTITIONS * RECORDS
     assert sorted((r.topic, r.partition, r.offset, bytes(r.value)) for r in rows) == expected_rows(live_cluster)
-    assert all(r.timestamp is None for r in rows)  # the protocol carries no receive time
+    # dafka-py stores answer in bulk (DIRECT-RECORDS), with their receive times.
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    assert all(r.timestamp is not None and abs((now - r.timestamp).total_seconds()) < 600 for r in rows)
 
 
 @pytest.fixture(params=["path", "tower"])
@@ -103,19 +105,29 @@ def test_records_deleted_by_retention(spark, tmp_path):
             producer.flush(60)
             partition = producer.address
         wait_for(lambda: store.stats()["retention_deleted"] >= 400, timeout=30, what="retention")
-        reader = (spark.read.format("dafka").option("topic", "kept")
-                  .option("tower", tower.pub_endpoint).option("towerSub", tower.sub_endpoint))
-        # Live, from earliest: the store tells where the partition now starts (DIRECT-TAIL).
-        offsets = sorted(r.offset for r in reader.option("maxRecordsPerPartition", "300").load().collect())
-        tail = offsets[0]
-        assert 400 <= tail <= 600 and offsets == list(range(tail, 1000))
+        def live(bulk: bool, **options: str):
+            """A new reader (DataFrameReader.option changes the reader it is called on)."""
+            return (spark.read.format("dafka").option("topic", "kept").option("tower", tower.pub_endpoint)
+                    .option("towerSub", tower.sub_endpoint).option("dafka.consumer/bulk", str(int(bulk)))
+                    .options(**options))
+
+        # Without bulk answers (as from reference stores), the tail is learnt while
+        # reading (DIRECT-TAIL); with them, at planning (DIRECT-PARTITIONS).
+        for bulk in (False, True):
+            # From earliest: the records from where the partition now starts.
+            offsets = sorted(r.offset for r in live(bulk, maxRecordsPerPartition="300").load().collect())
+            tail = offsets[0]
+            assert 400 <= tail <= 600 and offsets == list(range(tail, 1000))
         # Asking for deleted records explicitly is data loss...
-        explicit = reader.option("startingOffsets", json.dumps({"kept": {partition: 10}}))
+        explicit = {"startingOffsets": json.dumps({"kept": {partition: 10}}), "maxRecordsPerPartition": "300"}
         with pytest.raises(Exception, match="were deleted by the stores' retention"):
-            explicit.load().collect()
+            live(False, **explicit).load().collect()
+        with pytest.raises(Exception, match=f"the store keeps only offsets {tail}..999"):
+            live(True, **explicit).load().collect()
         # ...unless told to skip them.
-        skipped = explicit.option("failOnDataLoss", "false").load().collect()
-        assert sorted(r.offset for r in skipped) == list(range(tail, 1000))
+        for bulk in (False, True):
+            skipped = live(bulk, failOnDataLoss="false", **explicit).load().collect()
+            assert sorted(r.offset for r in skipped) == list(range(tail, 1000))
     finally:
         store.stop()
         tower.stop()
