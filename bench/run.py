@@ -128,7 +128,7 @@ def role_producer(a: argparse.Namespace) -> None:
     extra = {"producer/min_acks": a.min_acks}
     if a.hold:
         extra.update({"producer/max_unacked": a.records + 1, "producer/max_unacked_bytes": 1 << 40})
-    producer = Producer(TOPIC, config(a.sub, a.pub, **extra))
+    producer = Producer(a.topic, config(a.sub, a.pub, **extra))
     time.sleep(a.warmup)
     body = b"x" * a.size
     stamp = a.stamp
@@ -184,7 +184,8 @@ def role_consumer(a: argparse.Namespace) -> None:
     from dafka import Consumer
 
     created = time.monotonic()
-    consumer = Consumer(TOPIC, config=config(a.sub, a.pub, **{"consumer/offset/reset": a.reset}))
+    consumer = Consumer(a.topic, config=config(a.sub, a.pub, **{"consumer/offset/reset": a.reset,
+                                                                  "consumer/bulk": a.bulk}))
     first = consumer.poll(60)
     if first is None:
         emit({"received": 0})
@@ -215,12 +216,36 @@ def role_consumer(a: argparse.Namespace) -> None:
                 now = time.monotonic_ns()
                 latencies.extend(now - int.from_bytes(r.value[:8], "big") for r in batch if r.offset % STAMP_EVERY == 0)
     elapsed = time.perf_counter() - started
-    result = {"received": count, "seconds": elapsed, "first_record_ms": (first_at - created) * 1000}
+    result = {"received": count, "seconds": elapsed, "first_record_ms": (first_at - created) * 1000,
+              "started": started, "finished": started + elapsed}
     if latencies:
         latencies.sort()
         result["p50_ms"] = latencies[len(latencies) // 2] / 1e6
         result["p99_ms"] = latencies[int(len(latencies) * 0.99)] / 1e6
     emit(result, cpu, count - 1)
+    consumer.close()
+
+
+def role_refconsumer(a: argparse.Namespace) -> None:
+    """The reference consumer's behaviour in raw frames (tests/refconsumer.py: FETCH only on a HEAD, a
+    DIRECT-HEAD or a gap, through the reference's fetch filter), catching up from ``earliest``."""
+    sys.path.insert(0, str(HERE.parents[1] / "tests"))
+    from refconsumer import RefConsumer
+
+    from dafka.peer import new_address
+
+    consumer = RefConsumer(a.sub, a.pub, new_address(), earliest=True)
+    consumer.subscribe(a.topic)
+    if not consumer.run(lambda: consumer.total() > 0, 60):
+        emit({"received": 0})
+        return
+    cpu = cpu_seconds()
+    started = time.perf_counter()
+    first = consumer.total()
+    done = consumer.run(lambda: consumer.total() >= a.records, 600)
+    elapsed = time.perf_counter() - started
+    emit({"received": consumer.total(), "complete": done, "seconds": elapsed, "foreign": consumer.foreign,
+          "fetches": consumer.filter.sent, "filtered": consumer.filter.filtered}, cpu, consumer.total() - first)
     consumer.close()
 
 
@@ -242,6 +267,7 @@ ROLES = {
     "raw-sub": role_raw_sub,
     "producer": role_producer,
     "consumer": role_consumer,
+    "refconsumer": role_refconsumer,
     "store": role_store,
 }
 
@@ -400,43 +426,132 @@ def scenario_store(records: int, size: int, with_consumer: bool) -> dict:
         shutil.rmtree(db, ignore_errors=True)
 
 
-def scenario_catchup_and_spark(records: int, size: int, spark: bool) -> dict:
-    """Store ``records`` records, then read them all back: with a new consumer
-    (earliest) and, if PySpark is installed, with Spark via tower and via path."""
+class RssSampler:
+    """The RSS of a process (``/proc/<pid>/status`` VmRSS), sampled every 20 ms
+    in a thread of the orchestrator: a baseline, then the peak over a phase."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        self.pid = pid
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def current(self) -> float:
+        try:
+            with open(f"/proc/{self.pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) / 1024.0
+        except OSError:
+            pass
+        return 0.0
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, self.current())
+
+    def reset(self) -> float:
+        """Start a new phase; returns the RSS now."""
+        self.peak = now = self.current()
+        return now
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def rate_of(r: dict) -> float:
+    return r["received"] / r["seconds"] if r.get("received") and r.get("seconds") else 0.0
+
+
+def scenario_bulk_reads(records: int, size: int, session, concurrency: bool) -> dict:
+    """Store ``records`` records of ``size`` bytes, then read them all back
+    while the store keeps running: a consumer with bulk answers, a consumer
+    over the RFC 46 path (consumer/bulk = 0), the reference consumer's
+    behaviour (raw frames), Spark via tower and via path (through the running
+    store), then Spark via path on the stopped store.  With ``concurrency``,
+    also: four bulk readers at once (the store's RSS), two consumers catching
+    up beside a 4-task Spark read (fairness), and producer -> store acked
+    alone and while two consumers catch up (live traffic)."""
     c = Cluster()
     db = tempfile.mkdtemp(prefix="dafka-bench-")
-    out: dict = {"records": records}
+    out: dict = {"records": records, "size": size}
+    n = str(records)
+    sz = str(size)
     try:
         store = c.spawn("store", "--db", db, stdin=True)
         store.stdout.readline()
+        rss = RssSampler(store.pid)
         time.sleep(1.0)
-        p = result_of(c.spawn("producer", "--records", str(records), "--size", str(size), "--min-acks", "1"))
+        p = result_of(c.spawn("producer", "--records", n, "--size", sz, "--min-acks", "1"))
         out["ack_rate"] = records / p["ack_seconds"]
-        r = result_of(c.spawn("consumer", "--records", str(records), "--size", str(size), "--reset", "earliest"))
-        out["catchup_rate"] = r["received"] / r["seconds"] if r["received"] else 0.0
-        out["catchup_received"] = r["received"]
-        out["rss_mib"] = {"producer": p["rss_mib"], "consumer": r["rss_mib"]}
-        # One producer is one partition: split it into one Spark partition per
-        # core (each task pays for a snapshot or a peer, and a worker dispatch:
-        # 2 tasks read 1M rows 10-30 % faster than 4 on 2 cores).
+        reads = {"bulk": ["--bulk", "1"], "rfc46": ["--bulk", "0"]}
+        for name, extra in reads.items():
+            r = result_of(c.spawn("consumer", "--records", n, "--size", sz, "--reset", "earliest", *extra))
+            out[f"catchup_{name}"] = {"rate": rate_of(r), "received": r["received"], "cpu_us": r.get("cpu_us"),
+                                      "rss_mib": r["rss_mib"]}
+        r = result_of(c.spawn("refconsumer", "--records", n))
+        out["catchup_reference"] = {"rate": rate_of(r), "received": r["received"], "complete": r.get("complete"),
+                                    "foreign": r.get("foreign"), "cpu_us": r.get("cpu_us"),
+                                    "fetches": r.get("fetches"), "filtered": r.get("filtered")}
         cores = os.cpu_count() or 1
         split = str(max(1, -(-records // cores)))
         out["spark_tasks"] = cores
-        if spark:
-            session = spark_session()
+        if session is not None:
             tower = {"tower": c.tower.pub_endpoint, "towerSub": c.tower.sub_endpoint,
                      "dafka.beacon/address": "127.0.0.1"}
             out["spark_tower_rate"] = spark_rate(session, records, maxRecordsPerPartition=split, **tower)
+            out["spark_path_running_rate"] = spark_rate(session, records, path=db, maxRecordsPerPartition=split)
+        if concurrency:
+            out.update(_concurrent_reads(c, records, session, rss))
         store.stdin.write("stop\n")
         store.stdin.flush()
-        out["rss_mib"]["store"] = result_of(store)["rss_mib"]
-        if spark:
+        s = result_of(store)
+        rss.stop()
+        out["rss_mib"] = {"producer": p["rss_mib"], "store": s["rss_mib"]}
+        if session is not None:
             out["spark_path_rate"] = spark_rate(session, records, path=db, maxRecordsPerPartition=split)
-            session.stop()
         return out
     finally:
         c.close()
         shutil.rmtree(db, ignore_errors=True)
+
+
+def _concurrent_reads(c: Cluster, records: int, session, rss: RssSampler) -> dict:
+    n = str(records)
+    out: dict = {}
+    # Bounded memory: four bulk readers of every record at once.
+    before = rss.reset()
+    readers = [c.spawn("consumer", "--records", n, "--reset", "earliest") for _ in range(4)]
+    results = [result_of(r) for r in readers]
+    out["four_readers"] = {"rss_before_mib": before, "rss_peak_mib": rss.peak,
+                           "growth_per_reader_mib": (rss.peak - before) / 4,
+                           "rates": [rate_of(r) for r in results]}
+    # Fairness: two consumers catch up while Spark reads with four tasks at once.
+    if session is not None:
+        consumers = [c.spawn("consumer", "--records", n, "--reset", "earliest") for _ in range(2)]
+        began = time.perf_counter()
+        tower = {"tower": c.tower.pub_endpoint, "towerSub": c.tower.sub_endpoint, "dafka.beacon/address": "127.0.0.1"}
+        spark = spark_once(session, records, maxRecordsPerPartition=str(-(-records // 4)), **tower)
+        spark_end = time.perf_counter()
+        results = [result_of(r) for r in consumers]
+        out["fairness"] = {
+            "spark_seconds": spark_end - began, "spark_rate": spark,
+            "consumers": [{"rate": rate_of(r), "first_record_ms": r.get("first_record_ms"),
+                           "finished_after_spark_began_s": r.get("finished", began) - began} for r in results],
+        }
+    # Live traffic while two consumers catch up.
+    alone = result_of(c.spawn("producer", "--topic", "live-alone", "--records", "300000", "--min-acks", "1"))
+    consumers = [c.spawn("consumer", "--records", n, "--reset", "earliest") for _ in range(2)]
+    time.sleep(0.3)
+    busy = result_of(c.spawn("producer", "--topic", "live-busy", "--records", "300000", "--min-acks", "1"))
+    results = [result_of(r) for r in consumers]
+    out["live"] = {"alone_ack_rate": 300_000 / alone["ack_seconds"], "busy_ack_rate": 300_000 / busy["ack_seconds"],
+                   "catchup_rates": [rate_of(r) for r in results]}
+    return out
 
 
 def spark_available() -> bool:
@@ -455,7 +570,8 @@ def spark_session():
 
     from dafka.spark import register
 
-    session = (SparkSession.builder.master("local[2]").appName("dafka-bench")
+    # local[4]: four tasks can run at once (the fairness scenario); the rate queries make one task per core.
+    session = (SparkSession.builder.master("local[4]").appName("dafka-bench")
                .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
                .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
@@ -487,6 +603,16 @@ def spark_rate(session, records: int, **options: str) -> dict:
     return {"median": rates[1], "best": rates[2], "runs": rates}
 
 
+def spark_once(session, records: int, **options: str) -> float:
+    """Rows/s of one run of the query (its workers already warm)."""
+    reader = session.read.format("dafka").option("topic", TOPIC).options(**options)
+    started = time.perf_counter()
+    total = reader.load().selectExpr("count(*) AS n").collect()[0]["n"]
+    if total != records:
+        raise RuntimeError(f"Spark read {total} rows, expected {records}")
+    return records / (time.perf_counter() - started)
+
+
 # ---------------------------------------------------------------------------
 
 
@@ -505,13 +631,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="100,1000", help="record sizes in bytes, comma-separated")
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    ap.add_argument("--skip", default="", help="comma-separated scenarios to skip (store, hold, spark)")
+    ap.add_argument("--skip", default="", help="comma-separated scenarios to skip (store, bulk, hold, spark)")
     # role options
     ap.add_argument("--sub")
     ap.add_argument("--pub")
     ap.add_argument("--endpoint")
     ap.add_argument("--db")
     ap.add_argument("--reset", default="earliest")
+    ap.add_argument("--topic", default=TOPIC)
+    ap.add_argument("--bulk", type=int, choices=(0, 1), default=1, help="consumer/bulk of the consumer role")
     ap.add_argument("--api", choices=("consume", "poll"), default="consume",
                     help="how the consumer role reads: consume() batches or poll() per record")
     ap.add_argument("--min-acks", type=int, default=0)
@@ -541,10 +669,15 @@ def main(argv: list[str] | None = None) -> int:
             run["store_consumer"] = scenario_store(a.records, size, with_consumer=True)
         results["runs"][size] = run
         print_table(size, run)
-    if "store" not in skip and store_available():
-        spark = "spark" not in skip and spark_available()
-        results["catchup"] = scenario_catchup_and_spark(a.catchup_records, 100, spark)
-        print_catchup(results["catchup"], results["runs"][sizes[0]]["ceiling"]["rate"])
+    if "store" not in skip and "bulk" not in skip and store_available():
+        session = spark_session() if "spark" not in skip and spark_available() else None
+        results["bulk"] = {}
+        for size in sizes:
+            bulk = scenario_bulk_reads(a.catchup_records, size, session, concurrency=size == sizes[0])
+            results["bulk"][size] = bulk
+            print_bulk(bulk, results["runs"][size]["ceiling"]["rate"])
+        if session is not None:
+            session.stop()
     results["first_record_live"] = scenario_first_record_live()
     print(f"consumer start to first record, live producer: {results['first_record_live']['first_record_ms']:.1f} ms")
     if "hold" not in skip:
@@ -556,17 +689,47 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def print_catchup(c: dict, ceiling_rate: float) -> None:
-    print(f"\n== {c['records']:,} stored 100-byte records ==")
-    print(f"{'producer -> store, acked':<38} {fmt_rate(c['ack_rate'], ceiling_rate)}")
-    print(f"{'consumer catch-up from store':<38} {fmt_rate(c['catchup_rate'], ceiling_rate):<28} "
-          f"{c['catchup_received']:,} records")
-    for how in ("path", "tower"):
-        rate = c.get(f"spark_{how}_rate")
+def print_bulk(b: dict, ceiling_rate: float) -> None:
+    print(f"\n== {b['records']:,} stored {b['size']}-byte records, read back while the store runs ==")
+    print(f"{'producer -> store, acked':<44} {fmt_rate(b['ack_rate'], ceiling_rate)}")
+    rfc46 = b["catchup_rfc46"]["rate"]
+    for name, label in (("bulk", "consumer catch-up, bulk answers"), ("rfc46", "consumer catch-up, RFC 46 answers"),
+                        ("reference", "reference consumer (raw frames) catch-up")):
+        r = b[f"catchup_{name}"]
+        note = f"{r['received']:,} records"
+        if name == "reference":
+            note += (f", {r['rate'] / rfc46:.2f}x RFC 46 consumer, {r['fetches']} FETCHes ({r['filtered']} "
+                     f"filtered), {r['foreign']} foreign messages")
+        if r.get("cpu_us") is not None:
+            note += f", CPU {r['cpu_us']:.2f} us/record"
+        print(f"{label:<44} {fmt_rate(r['rate'], ceiling_rate):<28} {note}")
+    path = b.get("spark_path_rate")
+    for key, label in (("spark_path_rate", "Spark via path, stopped store (median)"),
+                       ("spark_tower_rate", "Spark via tower (median of 3)"),
+                       ("spark_path_running_rate", "Spark via path, running store (median)")):
+        rate = b.get(key)
         if rate is not None:
-            print(f"{'Spark read via ' + how + ' (median of 3)':<38} {fmt_rate(rate['median'], ceiling_rate):<28} "
-                  f"best {rate['best']:,.0f}/s, {c['spark_tasks']} tasks")
-    print(f"{'peak RSS (MiB)':<38} {'':<28} " + ", ".join(f"{k} {v:.0f}" for k, v in c["rss_mib"].items()))
+            vs = f", {rate['median'] / path['median']:.2f}x path" if path and key != "spark_path_rate" else ""
+            print(f"{label:<44} {fmt_rate(rate['median'], ceiling_rate):<28} best {rate['best']:,.0f}/s, "
+                  f"{b['spark_tasks']} tasks{vs}")
+    if "four_readers" in b:
+        f = b["four_readers"]
+        print(f"{'4 bulk readers at once: store RSS':<44} {'':<28} {f['rss_before_mib']:.0f} -> "
+              f"{f['rss_peak_mib']:.0f} MiB, {f['growth_per_reader_mib']:.1f} MiB per reader; rates "
+              + ", ".join(f"{r:,.0f}/s" for r in f["rates"]))
+    if "fairness" in b:
+        f = b["fairness"]
+        print(f"{'Spark (4 tasks) + 2 consumers at once':<44} {fmt_rate(f['spark_rate'], ceiling_rate):<28} "
+              + "; ".join(f"consumer {c['rate']:,.0f}/s, first record {c['first_record_ms']:.0f} ms, done "
+                          f"{c['finished_after_spark_began_s']:.2f} s after Spark began" for c in f["consumers"])
+              + f"; Spark took {f['spark_seconds']:.2f} s")
+    if "live" in b:
+        lv = b["live"]
+        print(f"{'producer -> store acked, alone':<44} {fmt_rate(lv['alone_ack_rate'], ceiling_rate)}")
+        print(f"{'  ... while 2 consumers catch up':<44} {fmt_rate(lv['busy_ack_rate'], ceiling_rate):<28} "
+              f"{lv['busy_ack_rate'] / lv['alone_ack_rate']:.2f}x alone; catch-up "
+              + ", ".join(f"{r:,.0f}/s" for r in lv["catchup_rates"]))
+    print(f"{'peak RSS (MiB)':<44} {'':<28} " + ", ".join(f"{k} {v:.0f}" for k, v in b["rss_mib"].items()))
 
 
 def fmt_cpu(cpu: dict) -> str:

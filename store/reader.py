@@ -170,6 +170,7 @@ class Reader(RoleThread):
         self.hellos_sent = 0
         self.dropped = 0  # answers abandoned or messages not sent for lack of room
         self.paused = 0  # times an answer paused on its requester's budget
+        self.abandoned = 0  # answers stopped because their requester went away
 
     # -- the thread -----------------------------------------------------------
 
@@ -250,8 +251,12 @@ class Reader(RoleThread):
                 continue
             if sub.msg_id == proto.DIRECT_RECORD and sub.topic:
                 self._ledger.listening(sub.topic, sub.subscribe)
+                if not sub.subscribe:
+                    self._abandon(sub.topic)
                 continue
             if self._bulk.on_subscription(sub):
+                if not sub.subscribe and sub.msg_id == proto.DIRECT_RECORDS:
+                    self._abandon(sub.topic)
                 continue
             if sub.subscribe and sub.msg_id == proto.STORE_HELLO and sub.topic:
                 try:
@@ -371,6 +376,16 @@ class Reader(RoleThread):
                                               stop=keys.prefix_end(answer.prefix))
             self._by_key[answer.key] = answer
             self._answers.append(answer)
+
+    def _abandon(self, requester: str) -> None:
+        """``requester`` went away (its pipe closed): stop reading its answers."""
+        with self._shared.lock:  # iterators are closed under the handle's lock (see _db_ready)
+            for answer in self._answers:
+                if answer.requester == requester and not answer.done:
+                    answer.close()
+                    self.abandoned += 1
+                    if self._by_key.get(answer.key) is answer:
+                        del self._by_key[answer.key]
 
     def _serve(self, budget: int) -> None:
         """Send up to ``budget`` records, taking the answers in turn."""

@@ -182,6 +182,7 @@ class Store:
             "hellos_sent": r.hellos_sent,
             "answers_dropped": r.dropped,
             "answers_paused": r.paused,
+            "answers_abandoned": r.abandoned,
             "inflight_bytes": r.inflight_bytes,
             "malformed": s.malformed + r.malformed,
             "writer_malformed": s.malformed,
