@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from itertools import repeat
 
 from . import bulk as bulk_answers
 from . import proto
 from .inflight import fetch_window, mean_size
 from .intake import RecordIntake
-from .records import Record, new_record
+from .records import Record, make_record, records
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +185,7 @@ class ConsumerState(RecordIntake):
     def on_known_record_frames(self, p: Partition, frame: bytes, content: bytes) -> None:
         seq = int.from_bytes(frame[-8:], "big")
         if seq == p.next:
-            self.ready.append(new_record(p.topic, p.address, seq, content))
+            self.ready.append(make_record((p.topic, p.address, seq, content)))
             p.next = seq + 1
             if seq > p.head:
                 p.head = seq  # live traffic: nothing pending, nothing to fetch
@@ -243,7 +242,7 @@ class ConsumerState(RecordIntake):
 
     def _on_records(self, p: Partition, msg: proto.DirectRecordsMsg) -> None:
         """A DIRECT-RECORDS: its records from ``p.next`` on are delivered in
-        one go, each :class:`Record` built in C but for its own constructor."""
+        one go, split and built into :class:`Record` in C."""
         first = msg.sequence
         end = first + msg.count
         if end <= p.next:
@@ -258,7 +257,7 @@ class ConsumerState(RecordIntake):
         start = p.next
         if start > first:
             del values[: start - first]
-        self.ready.extend(map(new_record, repeat(p.topic), repeat(p.address), range(start, end), values))
+        self.ready.extend(records(p.topic, p.address, start, values))
         p.next = end
         p.window_bytes += len(msg.contents)
         pending = p.pending
@@ -271,7 +270,7 @@ class ConsumerState(RecordIntake):
         if p.record_size < 0:
             p.record_size = len(content)
         if seq == p.next:
-            self.ready.append(new_record(p.topic, p.address, seq, content))
+            self.ready.append(make_record((p.topic, p.address, seq, content)))
             p.next = seq + 1
             p.window_bytes += len(content)
             self._after_delivery(p, seq)
@@ -291,7 +290,7 @@ class ConsumerState(RecordIntake):
             while nxt in pending:
                 content = pending.pop(nxt)
                 p.window_bytes += len(content)
-                self.ready.append(new_record(p.topic, p.address, nxt, content))
+                self.ready.append(make_record((p.topic, p.address, nxt, content)))
                 nxt += 1
             p.next = nxt
         if p.head >= p.next and p.next >= p.fetch_end:

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from itertools import count, repeat
+from typing import Any, Iterable, Iterator, NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
     """One record of a partition, as delivered by :class:`dafka.Consumer`.
 
-    ``partition`` is the producer's address; ``offset`` its sequence number."""
+    ``partition`` is the producer's address; ``offset`` its sequence number.
+    A named tuple, like kafka-python's ``ConsumerRecord``: it unpacks
+    (``topic, partition, offset, value = record``), and a consumer builds it
+    with no Python code run per record (:func:`records`), in a third of the
+    time a frozen dataclass took."""
 
     topic: str
     partition: str
@@ -27,26 +32,11 @@ class RecordMetadata:
     offset: int
 
 
-def _record_factory():
-    """``new_record(topic, partition, offset, value)``: a :class:`Record`,
-    built in half the time of ``Record(...)``.  A frozen dataclass's
-    ``__init__`` sets each field through ``object.__setattr__`` by name; the
-    consumer's hot path sets the slots through their descriptors instead."""
-    new = object.__new__
-    set_topic = Record.topic.__set__  # type: ignore[attr-defined]
-    set_partition = Record.partition.__set__  # type: ignore[attr-defined]
-    set_offset = Record.offset.__set__  # type: ignore[attr-defined]
-    set_value = Record.value.__set__  # type: ignore[attr-defined]
-
-    def new_record(topic: str, partition: str, offset: int, value: Any) -> Record:
-        record = new(Record)
-        set_topic(record, topic)
-        set_partition(record, partition)
-        set_offset(record, offset)
-        set_value(record, value)
-        return record
-
-    return new_record
+make_record = partial(tuple.__new__, Record)
+"""``make_record((topic, partition, offset, value))``: a :class:`Record` from a
+4-tuple, without the Python ``__new__`` a named tuple's class call runs."""
 
 
-new_record = _record_factory()
+def records(topic: str, partition: str, first: int, values: Iterable[Any]) -> Iterator[Record]:
+    """Records ``first, first+1, ...`` of a partition with ``values``, built in C."""
+    return map(make_record, zip(repeat(topic), repeat(partition), count(first), values))
