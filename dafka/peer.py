@@ -24,6 +24,9 @@ ConfigLike = Union[Config, Mapping[str, object], str, os.PathLike, None]
 # for routing ids, groups and zero-copy thresholds dafka never uses): the
 # per-record paths call the Cython method underneath, ``raw_send(sock, data, flags)``.
 raw_send = zmq.backend.Socket.send
+# Frames at least this big are sent without a copy (raw_send(sock, data, flags, False)):
+# libzmq keeps a reference to the bytes object until it has sent them.
+ZERO_COPY_BYTES = 65536
 
 
 def read_subscriptions(xpub: zmq.Socket) -> Iterator[proto.Subscription | None]:

@@ -22,6 +22,7 @@ from .beacon import CONNECT, Beacon
 from .errors import BufferFull, Closed, FlushTimeout, RecordTooLarge
 from .loop import Loop
 from .peer import ConfigLike, DataSocket, as_config, connect, new_address, read_subscriptions
+from .peer import ZERO_COPY_BYTES
 from .peer import raw_send as _raw_send
 from .producer_state import ProducerState
 from .records import RecordMetadata
@@ -292,7 +293,8 @@ class Producer:
                         for frames in self._state.fetch_answers():
                             for frame in frames[:-1]:
                                 _raw_send(pub, frame, zmq.SNDMORE)
-                            _raw_send(pub, frames[-1])
+                            last = frames[-1]
+                            _raw_send(pub, last, 0, len(last) < ZERO_COPY_BYTES)
         except Exception:
             log.exception("producer %s loop failed", self.address)
             raise

@@ -42,7 +42,7 @@ from dafka.config import Config
 from dafka import bulk as bulk_answers
 from dafka.inflight import MESSAGE_OVERHEAD, InflightLedger
 from dafka.loop import Loop
-from dafka.peer import raw_send
+from dafka.peer import ZERO_COPY_BYTES, raw_send
 
 from . import keys
 from .database import SharedDB
@@ -339,7 +339,8 @@ class Reader(RoleThread):
                 self.heads_sent += 1
         if bulk:
             try:
-                frames = proto.encode(proto.DirectPartitionsMsg(requester, self.address, subject, tuple(found)))
+                frames = proto.encode(proto.DirectPartitionsMsg(requester, self.address, subject, tuple(found),
+                                                                self.requests_endpoint))
             except ValueError:
                 self.malformed += 1
                 return
@@ -528,7 +529,9 @@ class Reader(RoleThread):
         while sent < budget and spent < room and answer.next < end:
             first = answer.next
             n = min(end - first, answer.chunk)
-            values = list(db.iterator(start=_key(prefix, first), stop=_key(prefix, first + n), include_key=False))
+            # fill_cache=False: a scan would evict the blocks live traffic uses, and costs 30 % more.
+            values = list(db.iterator(start=_key(prefix, first), stop=_key(prefix, first + n), include_key=False,
+                                      fill_cache=False))
             if len(values) != n:
                 first, values = self._contiguous_run(answer, first, n)
                 if not values:
@@ -648,12 +651,15 @@ class Reader(RoleThread):
     def _send_rest(self, frame: bytes, more: bool = False) -> None:
         """A frame after an accepted first frame: libzmq only checks the
         high-water mark at the start of a message, so this cannot fail with
-        EAGAIN; if it ever did, block rather than cut the message."""
+        EAGAIN; if it ever did, block rather than cut the message.  A big
+        frame (a DIRECT-RECORDS' contents) is handed over without a copy: a
+        copy of 256 KiB costs 70 us, the hand-over 5."""
         flags = _SNDMORE_NOBLOCK if more else zmq.NOBLOCK
+        copy = len(frame) < ZERO_COPY_BYTES
         try:
-            raw_send(self._xpub, frame, flags)
+            raw_send(self._xpub, frame, flags, copy)
         except zmq.Again:
-            self._xpub.send(frame, flags & ~zmq.NOBLOCK)
+            self._xpub.send(frame, flags & ~zmq.NOBLOCK, copy=copy)
 
     # -- reporting -------------------------------------------------------------
 
