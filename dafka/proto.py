@@ -228,12 +228,14 @@ class DirectPartitionsMsg:
     """DIRECT-PARTITIONS (extension): every partition a store reader holds of
     ``subject`` ("" = of every subject), in one message, in answer to
     GET-HEADS or CONSUMER-HELLO from a requester that subscribed to it.
-    topic = requester address; address = the store reader's own address."""
+    topic = requester address; address = the store reader's own address;
+    ``endpoint`` its request endpoint (rfc section 7.3)."""
 
     topic: str
     address: str
     subject: str
     partitions: tuple[PartitionInfo, ...] = ()
+    endpoint: str = ""  # where the reader takes requests without a tower (its bound SUB); "" = nowhere
 
 
 Message = Union[
@@ -364,6 +366,7 @@ def encode(msg: Message) -> list[bytes]:
             _header(DIRECT_PARTITIONS, msg.topic),
             _string(msg.address, "address"),
             _string(msg.subject, "subject"),
+            _string(msg.endpoint, "endpoint"),
             _u32(len(msg.partitions), "partitions count"),
         ]
         for info in msg.partitions:
@@ -517,6 +520,7 @@ def decode(frames: Sequence[bytes]) -> Message:
     if msg_id == DIRECT_PARTITIONS:
         address = r.string("address")
         subject = r.string("subject")
+        endpoint = r.string("endpoint")
         count = r.u32("partitions count")
         if count > (len(frame) - r.pos) // 18:  # each entry takes at least 2 + 8 + 8 bytes
             raise MalformedMessage(f"frame truncated in partitions: {count} entries announced")
@@ -525,7 +529,7 @@ def decode(frames: Sequence[bytes]) -> Message:
             for _ in range(count)
         )
         r.end()
-        return DirectPartitionsMsg(topic, address, subject, partitions)
+        return DirectPartitionsMsg(topic, address, subject, partitions, endpoint)
     if msg_id == FETCH:
         address = r.string("address")
         subject = r.string("subject")

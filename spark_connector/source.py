@@ -36,7 +36,6 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType, TimestampType
 
 from dafka.errors import FlushTimeout
-from dafka.store.running import RunningStore
 
 from . import arrow, leveldb, live
 from .options import EARLIEST, LATEST, DafkaSparkError, Options, OptionError, parse
@@ -111,19 +110,23 @@ class Layout:
     partitions: dict[str, tuple[int, int]]
     exact: bool
     readers: list[str] = field(default_factory=list)
-    via: RunningStore | None = None  # path: the store running on the directory, read through instead
+    # the readers tasks reach without the tower: the store running on a path's directory, or every store
+    # reader found through the tower when each said where it takes requests (DIRECT-PARTITIONS)
+    via: tuple[live.ReaderAt, ...] = ()
+    through_path: bool = False  # via is the store running on the directory: no tower to fall back on
 
 
 def _layout_path(opts: Options, lock_timeout: float = PLANNING_LOCK_TIMEOUT) -> Layout:
     store = leveldb.running_store(opts.path)
     if store is not None:  # a running store holds the directory: read through it
+        direct = (live.ReaderAt.running(store),)
         found = live.discover(opts.config(), opts.topic, tower_timeout=opts.timeout("towerTimeoutMs"),
-                              timeout=opts.timeout("discoveryTimeoutMs"), direct=store)
+                              timeout=opts.timeout("discoveryTimeoutMs"), direct=direct)
         if not found.readers:
             raise live.NoStore(f"the store running on {opts.path} (process {store.pid}) did not answer at "
                                f"{store.data} within {opts.timeout('discoveryTimeoutMs'):.0f} s")
         layout = _layout_discovery(opts, found)
-        layout.via = store
+        layout.via, layout.through_path = direct, True
         return layout
     with leveldb.open_db(opts.path, min(lock_timeout, opts.timeout("lockTimeoutMs"))) as db:
         leveldb.settle(db, opts.path)
@@ -140,7 +143,7 @@ def _layout_path(opts: Options, lock_timeout: float = PLANNING_LOCK_TIMEOUT) -> 
 def _layout_discovery(opts: Options, found: live.Discovery) -> Layout:
     if found.tails is not None:  # every store said where its partitions start (DIRECT-PARTITIONS)
         layout = Layout({p: (min(found.tails.get(p, 0), head + 1), head + 1) for p, head in found.heads.items()},
-                        exact=True, readers=found.readers)
+                        exact=True, readers=found.readers, via=found.direct)
     else:
         layout = Layout({p: (0, head + 1) for p, head in found.heads.items()}, exact=False, readers=found.readers)
     if not found.heads and opts.mode == "read":
@@ -173,22 +176,24 @@ class DafkaRange(InputPartition):
     is data loss (``failOnDataLoss``)."""
 
     def __init__(self, topic: str, partition: str, start: int, end: int, from_earliest: bool,
-                 readers: list[str], via: RunningStore | None = None) -> None:
+                 readers: list[str], via: tuple[live.ReaderAt, ...] = (), through_path: bool = False) -> None:
         self.topic = topic
         self.partition = partition
         self.start = start
         self.end = end
         self.from_earliest = from_earliest
         self.readers = readers
-        self.via = via  # path mode on a running store: read through it
+        self.via = via  # the readers to reach without the tower
+        self.through_path = through_path  # path mode on a running store: read through it, no tower
 
 
-def _split(topic: str, partition: str, start: int, end: int, from_earliest: bool, readers: list[str],
-           per_task: int | None, via: RunningStore | None = None) -> list[DafkaRange]:
+def _split(topic: str, partition: str, start: int, end: int, from_earliest: bool, per_task: int | None,
+           layout: Layout) -> list[DafkaRange]:
     if end <= start:
         return []
     step = end - start if per_task is None else per_task
-    return [DafkaRange(topic, partition, s, min(s + step, end), from_earliest, readers, via)
+    return [DafkaRange(topic, partition, s, min(s + step, end), from_earliest, layout.readers, layout.via,
+                       layout.through_path)
             for s in range(start, end, step)]
 
 
@@ -196,7 +201,7 @@ def _read(opts: Options, schema: StructType, part: InputPartition) -> Iterator[p
     if not isinstance(part, DafkaRange):
         return  # Spark's placeholder when there is nothing to read
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    if opts.path is not None and part.via is None:
+    if opts.path is not None and not part.through_path:
         with leveldb.snapshot_db(opts.path, opts.timeout("lockTimeoutMs")) as db:
             yield from leveldb.read_range(db, part.topic, part.partition, part.start, part.end, arrow_schema)
         return
@@ -205,6 +210,7 @@ def _read(opts: Options, schema: StructType, part: InputPartition) -> Iterator[p
         opts.config(), part.topic, part.partition, part.start, part.end,
         readers=part.readers, from_earliest=part.from_earliest, fail_on_data_loss=opts.fail_on_data_loss,
         tower_timeout=opts.timeout("towerTimeoutMs"), fetch_timeout=opts.timeout("fetchTimeoutMs"), direct=part.via,
+        tower_fallback=not part.through_path,
     ):
         yield batches.batch(np.arange(first, first + len(values), dtype=np.int64), values, times)
 
@@ -276,7 +282,7 @@ class _BatchReader(DataSourceReader):
             end = min(end, self.pushed.high)
             # From "earliest", records that retention deleted meanwhile are not expected: skipped, not lost.
             ranges.extend(_split(opts.topic, partition, start, end, wanted_start == EARLIEST,
-                                 layout.readers, opts.max_records_per_partition, layout.via))
+                                 opts.max_records_per_partition, layout))
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -381,7 +387,7 @@ class DafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._stream: live.Stream | None = None  # the driver's peer, kept between micro-batches
         self._target: Layout | None = None  # availableNow: the end, fixed when the query starts
         self._earliest: dict[str, int] = {}
-        self._via: RunningStore | None = None  # path on a running store: read through it
+        self._last = Layout({}, exact=False)  # the last layout seen: how the tasks reach the stores
         self._warned = False
 
     def __getstate__(self):
@@ -402,7 +408,7 @@ class DafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._warned = True
             log.warning("dafka.spark: topic %r has no records yet (%s); waiting for some", opts.topic, opts.where())
         self._earliest.update({p: e for p, (e, _) in layout.partitions.items()})
-        self._via = layout.via
+        self._last = layout
         return layout
 
     def _offsets(self, positions: dict[str, int]) -> dict:
@@ -449,15 +455,14 @@ class DafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         topic = self.opts.topic
         begin = (start or {}).get(topic, {})
-        readers = self._stream.peer.ready if self._stream is not None else []
         ranges: list[InputPartition] = []
         for partition, stop in sorted(end.get(topic, {}).items()):
             first = begin.get(partition)
             from_earliest = first is None
             if first is None:
                 first = self._earliest.get(partition, 0)
-            ranges.extend(_split(topic, partition, first, stop, from_earliest, sorted(readers),
-                                 self.opts.max_records_per_partition, self._via))
+            ranges.extend(_split(topic, partition, first, stop, from_earliest, self.opts.max_records_per_partition,
+                                 self._last))
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

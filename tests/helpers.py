@@ -6,6 +6,7 @@ import importlib.util
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,6 +30,13 @@ def loopback_config(tower: Tower | None = None, **overrides: object) -> Config:
         values["beacon/pub_address"] = tower.pub_endpoint
     values.update({k.replace("__", "/"): v for k, v in overrides.items()})
     return Config.load(overrides=values)
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (bind to 0, close, reuse the number)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def script(name: str) -> str:

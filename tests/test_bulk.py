@@ -48,9 +48,10 @@ def test_direct_records_layout():
 
 
 def test_direct_partitions_layout():
-    msg = proto.DirectPartitionsMsg(ME, "R" * 32, "t", (proto.PartitionInfo("t", P, 3, 9),))
+    msg = proto.DirectPartitionsMsg(ME, "R" * 32, "t", (proto.PartitionInfo("t", P, 3, 9),), "tcp://h:1")
     [frame] = proto.encode(msg)
-    assert frame == (b"P" + ME.encode() + b"\0\x01" + b"\x20" + b"R" * 32 + b"\x01t" + (1).to_bytes(4, "big")
+    assert frame == (b"P" + ME.encode() + b"\0\x01" + b"\x20" + b"R" * 32 + b"\x01t" + b"\x09tcp://h:1"
+                     + (1).to_bytes(4, "big")
                      + b"\x01t" + b"\x20" + P.encode() + (3).to_bytes(8, "big") + (9).to_bytes(8, "big"))
     assert proto.decode([frame]) == msg
     assert proto.decode(proto.encode(proto.DirectPartitionsMsg(ME, "R", ""))) == proto.DirectPartitionsMsg(ME, "R", "")

@@ -206,7 +206,8 @@ def test_direct_records_round_trip(msg):
 
 @ROUND_TRIP
 @given(st.builds(DirectPartitionsMsg, topics, strings, strings,
-                 st.lists(st.builds(PartitionInfo, strings, strings, sequences, sequences), max_size=8).map(tuple)))
+                 st.lists(st.builds(PartitionInfo, strings, strings, sequences, sequences), max_size=8).map(tuple),
+                 strings))
 @example(DirectPartitionsMsg("", "", ""))
 def test_direct_partitions_round_trip(msg):
     _round_trip(msg)

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -18,17 +17,10 @@ import pytest
 import zmq
 
 from faultcheck import ConsumerRun, ProducerLog
-from helpers import Processes, wait_for
+from helpers import Processes, free_port, wait_for  # noqa: F401 - free_port is the kit's too
 from roles import rss_kib
 
 ROLES = str(Path(__file__).with_name("roles.py"))
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now (bind to 0, close, reuse the number)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Role:

@@ -14,7 +14,7 @@ from dafka import proto
 from dafka.towerd.tower import Tower
 from faultcheck import check
 from faultkit import Cluster, acked_keys
-from helpers import loopback_config, wait_for
+from helpers import loopback_config
 from lossy_proxy import LossyProxy
 
 pytestmark = pytest.mark.faults

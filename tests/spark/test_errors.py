@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import socket
 import time
 
 import pytest
 
-from helpers import require_pyspark
+from helpers import free_port, require_pyspark
 
 require_pyspark()
 
@@ -30,12 +29,6 @@ def planning_error(df_or_action) -> str:
     with pytest.raises(Exception) as info:
         df_or_action() if callable(df_or_action) else df_or_action.collect()
     return str(info.value)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- through Spark: the message reaches the user at planning ---------------
@@ -132,7 +125,9 @@ def test_a_store_running_in_this_process_is_never_opened_twice(live_cluster, tmp
     # Opening it would fail and, on the way out, silently drop the store's lock:
     # it is read through the store, or refused.
     ranges = DafkaReader({"topic": TOPIC, "path": live_cluster.db}, SCHEMA).partitions()
-    assert ranges and all(r.via is not None and r.via.pid == os.getpid() for r in ranges)
+    store = running.read(live_cluster.db)
+    assert store.pid == os.getpid()
+    assert ranges and all(r.through_path and [d.requests for d in r.via] == [store.requests] for r in ranges)
     copy = tmp_path / "running.json"
     os.replace(os.path.join(live_cluster.db, running.FILE), copy)
     try:

@@ -77,3 +77,22 @@ def test_a_copy_of_a_running_store_is_read_directly(spark, tmp_path):
     running.write(str(db), running.RunningStore(os.getpid(), "R" * 32, "tcp://127.0.0.1:1", "tcp://127.0.0.1:2",
                                                 False))
     assert len(rows(spark, db)) == 1_000  # nobody holds its lock: read directly
+
+
+def test_a_task_whose_stores_moved_reads_through_the_tower(live_cluster):
+    """Tasks reach the readers known at planning directly; a reader restarted
+    since (new endpoints) is found through the tower instead."""
+    from dafka.spark import live
+    from helpers import free_port
+
+    config = loopback_config(live_cluster.tower)
+    partition = sorted(live_cluster.produced["readings"])[0]
+    gone = live.ReaderAt("X" * 32, f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}")
+    chunks = list(live.fetch_range(config, "readings", partition, 0, 500, readers=[], from_earliest=True,
+                                   fail_on_data_loss=True, tower_timeout=5, fetch_timeout=20, direct=(gone,)))
+    values = [v for _, array, _ in chunks for v in array.to_pylist()]
+    assert values == live_cluster.produced["readings"][partition][:500]
+    with pytest.raises(live.NoStore, match="did not answer"):
+        list(live.fetch_range(config, "readings", partition, 0, 500, readers=[], from_earliest=True,
+                              fail_on_data_loss=True, tower_timeout=5, fetch_timeout=1, direct=(gone,),
+                              tower_fallback=False))
