@@ -5,6 +5,7 @@ another thread stops through an inproc wake-up pipe."""
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 import zmq
 
@@ -32,7 +33,15 @@ class RoleThread:
         self._sockets = [sub, data, self._wake]  # what the thread closes when it ends (subclasses add theirs)
         self._stopping = False
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=f"dafka-{name}-{address[:8]}", daemon=True)
+        self.on_end: Callable[[], None] | None = None  # called in the thread when its loop ends, however
+        self._thread = threading.Thread(target=self._main, name=f"dafka-{name}-{address[:8]}", daemon=True)
+
+    def _main(self) -> None:
+        try:
+            self._run()
+        finally:
+            if self.on_end is not None:
+                self.on_end()
 
     def _run(self) -> None:
         raise NotImplementedError

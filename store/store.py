@@ -71,6 +71,8 @@ class Store:
             raise StoreError("store is stopped")
         if not self._started:
             self._started = True
+            # A loop thread that ends (it failed) ends run_forever: nothing needs to look every so often.
+            self._writer.on_end = self._reader.on_end = self._stop_requested.set
             self._writer.start()
             self._reader.start()
             self._advertise()
@@ -123,9 +125,7 @@ class Store:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 previous[sig] = signal.signal(sig, lambda signum, frame: self.request_stop())
         try:
-            while not self._stop_requested.wait(0.5):
-                if not (self._writer.alive() and self._reader.alive()):
-                    break
+            self._stop_requested.wait()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -47,6 +47,7 @@ class Writer(RoleThread):
         self._sync = bool(config["store/sync"])
         self.retention_ms = config["store/retention/ms"]
         self.retention_bytes = config["store/retention/bytes"]
+        self._retains = self.retention_ms >= 0 or self.retention_bytes >= 0
         self.verbose = bool(config["store/verbose"])
         hwm = config["store/high_watermark"]
         self.state = WriterState(address, fetch_retry=FETCH_RETRY)
@@ -107,11 +108,28 @@ class Writer(RoleThread):
         loop.add_reader(self._sub, self._on_sub)
         loop.add_reader(self._data.beacon.events, self._links.on_beacon)
         loop.add_reader(self._wake, self._on_wake)
-        loop.call_every(TICK, self._tick)
-        loop.call_every(HOUSEKEEPING, self._housekeeping)
+        state = self.state
+        next_tick = next_housekeeping = time.monotonic() + TICK
         try:
+            # Timers run only while they have work: fetch retries while a
+            # partition waits for records, write retries while writes fail,
+            # retention when configured.  An idle store does not wake up.
             while not self._stopping:
-                loop.run_once(None)
+                now = time.monotonic()
+                timeout = max(0.0, next_tick - now) if state.awaiting else None
+                if state.failed is not None or self._retains:
+                    wait = max(0.0, next_housekeeping - now)
+                    timeout = wait if timeout is None else min(timeout, wait)
+                loop.run_once(timeout)
+                now = time.monotonic()
+                if state.awaiting and now >= next_tick:
+                    self._tick()
+                    next_tick = now + TICK
+                elif not state.awaiting:
+                    next_tick = now  # the first gap is looked at after its fetch_retry, from the tick
+                if now >= next_housekeeping:
+                    self._housekeeping()
+                    next_housekeeping = now + HOUSEKEEPING
             self._commit()
             if self.state.failed is not None:
                 self._write(self.state.failed)

@@ -124,6 +124,7 @@ class WriterState(RecordIntake):
         self._touched: list[Partition] = []
         self._staged = 0  # records in the open batch
         self.failed: Batch | None = None  # a batch whose write failed, to retry
+        self.awaiting: set[Partition] = set()  # partitions that lack records known to exist: tick() looks at them
         self.now = 0.0
         # counters
         self.records_written = 0
@@ -231,6 +232,7 @@ class WriterState(RecordIntake):
             p.known_head = seq
         if self.failed is not None:
             self.dropped += 1
+            self._await(p)  # fetched once writes succeed again
             return
         if seq == p.head + 1:
             self._stage(p, seq, content)
@@ -316,7 +318,10 @@ class WriterState(RecordIntake):
         ``known_head``), at most ``fetch_chunk`` records, unless a FETCH
         covering ``head+1`` is in flight and still making progress."""
         start = p.head + 1
-        if p.known_head < start or self.failed is not None:
+        if p.known_head < start:
+            return
+        self._await(p)
+        if self.failed is not None:
             return
         if p.fetch_seq <= start < p.fetch_end and self.now - max(p.fetched_at, p.progress_at) < self.fetch_retry:
             return
@@ -332,18 +337,27 @@ class WriterState(RecordIntake):
         p.fetch_end = start + count
         p.fetched_at = self.now
 
+    def _await(self, p: Partition) -> None:
+        """``p`` lacks records known to exist: :meth:`tick` looks after it until it has them."""
+        if p not in self.awaiting:
+            self.awaiting.add(p)
+            p.tick_head = p.head  # the head moving from here on is progress
+
     def tick(self, now: float) -> None:
         """Advance time: repeat FETCHes that made no progress; skip to the
         tail another store reported if nobody had the records before it."""
         self.now = now
         failing = self.failed is not None
-        for p in list(self.partitions.values()):
+        for p in list(self.awaiting):
+            if p.known_head <= p.head:
+                self.awaiting.discard(p)  # caught up
+                continue
             if p.head != p.tick_head:
                 p.tick_head = p.head
                 p.progress_at = now
             if failing:
                 continue
-            if p.known_head > p.head and now - max(p.fetched_at, p.progress_at) >= self.fetch_retry:
+            if now - max(p.fetched_at, p.progress_at) >= self.fetch_retry:
                 if p.tail_hint > p.head + 1 and p.fetched_at > p.progress_at:
                     self._skip_to(p, p.tail_hint)
                     if p.known_head <= p.head:

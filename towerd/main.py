@@ -69,10 +69,10 @@ def main(config_path: str | None, pub: str | None, sub: str | None, sets: list, 
     say(f"beacons in {tower.sub_endpoint}, out {tower.pub_endpoint}")
     tower.start()
     known: dict[str, str] = {}
+    watch = log.isEnabledFor(logging.INFO)  # without --verbose nothing wakes while all is quiet
     try:
-        while not stop.wait(_PEER_CHECK):
-            if log.isEnabledFor(logging.INFO):
-                known = _log_peers(known, tower.peers())
+        while not stop.wait(_PEER_CHECK if watch else None):
+            known = _log_peers(known, tower.peers())
     finally:
         started = time.monotonic()
         tower.stop()

@@ -114,6 +114,14 @@ class Tower:
         self.sub_endpoint = self._xsub.last_endpoint.decode()
         self.pub_endpoint = self._xpub.last_endpoint.decode()
         self._stop = threading.Event()
+        # stop() wakes the loop through this pipe: the loop waits on its sockets with no timeout
+        wake = f"inproc://dafka-tower-wake-{id(self):x}"
+        self._wake = self._ctx.socket(zmq.PAIR)
+        self._wake.linger = 0
+        self._wake.bind(wake)
+        self._waker = self._ctx.socket(zmq.PAIR)
+        self._waker.linger = 0
+        self._waker.connect(wake)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         log.info("tower: beacons in on %s, out on %s", self.sub_endpoint, self.pub_endpoint)
@@ -125,10 +133,18 @@ class Tower:
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
+        with self._lock:
+            if not self._waker.closed:
+                try:
+                    self._waker.send(b"", zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass  # the loop has ended and closed its end
         if self._thread is not None:
             self._thread.join(timeout)
         else:
             self._close()
+        with self._lock:
+            self._waker.close(0)
 
     def peers(self) -> dict[str, str]:
         with self._lock:
@@ -144,9 +160,11 @@ class Tower:
         poller = zmq.Poller()
         poller.register(self._xsub, zmq.POLLIN)
         poller.register(self._xpub, zmq.POLLIN)
+        poller.register(self._wake, zmq.POLLIN)
         try:
+            # No timer: a peer expires lazily, when a replay or peers() looks at it.
             while not self._stop.is_set():
-                ready = dict(poller.poll(100))
+                ready = dict(poller.poll())
                 if self._xpub in ready:
                     self._on_subscriptions()
                 if self._xsub in ready:
@@ -184,6 +202,7 @@ class Tower:
     def _close(self) -> None:
         self._xsub.close(0)
         self._xpub.close(0)
+        self._wake.close(0)
         release_authenticator(self._ctx, self._curve)
 
 
