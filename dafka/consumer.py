@@ -78,7 +78,7 @@ class Consumer:
         self._loop.add_reader(self._sub, self._on_sub)
         self._loop.add_reader(self._xpub, self._on_subscriptions)
         self._loop.add_reader(self._data.beacon.events, self._on_beacon)
-        self._loop.call_every(_TICK, self._tick)
+        self._tick_timer = None  # the fetch-retry tick, scheduled only while a partition awaits records
         self._data.beacon.start()
         if topics:
             self.subscribe(*topics)
@@ -260,13 +260,17 @@ class Consumer:
             for frames in out:
                 self._xpub.send_multipart(frames)
             out.clear()
+        if self._tick_timer is None and self._state.awaiting:
+            self._tick_timer = self._loop.call_later(_TICK, self._tick)
 
     def _on_beacon(self, pipe: zmq.Socket) -> None:
         if self._links.on_beacon(pipe):
             self._state.peers_gone()
 
     def _tick(self) -> None:
+        self._tick_timer = None
         self._state.tick(time.monotonic())
+        self._flush_out()
 
     def _on_sub(self, sock: zmq.Socket) -> None:
         state = self._state

@@ -80,6 +80,7 @@ class ConsumerState(RecordIntake):
         self._positions = dict(positions or {})
         self.out: list[list[bytes]] = []
         self.ready: deque[Record] = deque()
+        self.awaiting: set[Partition] = set()  # partitions that lack records known to exist: tick() looks at them
         self.skipped = 0
         self.now = 0.0
 
@@ -318,6 +319,9 @@ class ConsumerState(RecordIntake):
         """FETCH the gap ``[next, head]`` unless a request covering ``next`` is in flight."""
         if p.head < p.next:
             return
+        if p not in self.awaiting:
+            self.awaiting.add(p)
+            p.seen_next = p.next  # the position moving from here on is progress
         if p.fetch_seq <= p.next < p.fetch_end and self.now - p.fetched_at < self.fetch_retry:
             return
         delivered = p.next - p.window_from
@@ -332,9 +336,14 @@ class ConsumerState(RecordIntake):
 
     def tick(self, now: float) -> None:
         """Advance time; repeat a FETCH only when its partition has made no
-        progress for ``fetch_retry`` (answers still flowing are not re-asked)."""
+        progress for ``fetch_retry`` (answers still flowing are not re-asked).
+        Only partitions in :attr:`awaiting` are looked at: with none, nothing
+        needs the clock."""
         self.now = now
-        for p in self.partitions.values():
+        for p in list(self.awaiting):
+            if p.head < p.next:
+                self.awaiting.discard(p)  # caught up
+                continue
             if p.next != p.seen_next:
                 p.seen_next = p.next
                 p.progress_at = now

@@ -29,7 +29,9 @@ from .records import RecordMetadata
 
 log = logging.getLogger(__name__)
 
-_SUBSCRIPTION_POLL = 0.01  # seconds between looks at the data socket's new subscribers
+# After a peer connects to the data socket, when to look for its subscriptions (seconds after the
+# handshake): they follow the handshake at once, and a new subscriber of our records gets a HEAD.
+_SUBSCRIPTION_LOOKS = (0.001, 0.005, 0.025, 0.1)
 
 
 class SendHandle:
@@ -132,8 +134,21 @@ class Producer:
         self._peers: dict[str, tuple[zmq.Socket, str]] = {}
         self._loop = Loop()
         self._loop.add_reader(self._data.beacon.events, self._on_beacon)
-        self._loop.call_every(c["producer/head_interval"] / 1000.0, self._send_head)
-        self._loop.call_every(_SUBSCRIPTION_POLL, self._poll_subscriptions)
+        # The data socket is the caller's (send) as much as the loop's, so the loop
+        # cannot poll it: it learns of a new connection from its monitor, and then
+        # reads the subscriptions under the lock.  Nothing wakes it while all is idle
+        # but the HEAD timer, which also picks up later (un)subscriptions.
+        self._monitor = self._pub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self._loop.add_reader(self._monitor, self._on_connection)
+        wake = f"inproc://dafka-producer-wake-{id(self):x}"
+        self._wake = self._ctx.socket(zmq.PAIR)
+        self._wake.linger = 0
+        self._wake.bind(wake)
+        self._waker = self._ctx.socket(zmq.PAIR)
+        self._waker.linger = 0
+        self._waker.connect(wake)
+        self._loop.add_reader(self._wake, self._drain_wake)
+        self._loop.call_every(c["producer/head_interval"] / 1000.0, self._on_head_timer)
         self._data.beacon.start()
         self._thread = threading.Thread(target=self._run, name=f"dafka-producer-{self.address[:8]}", daemon=True)
         self._thread.start()
@@ -212,7 +227,15 @@ class Producer:
             unacked = self._state.unacked if self.min_acks else 0
             self._cond.notify_all()
         self._stopping.set()
+        try:
+            self._waker.send(b"", zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # the loop has ended
         self._thread.join(5)
+        self._waker.close(0)
+        self._pub.disable_monitor()
+        self._monitor.close(0)
+        self._wake.close(0)
         self._data.close()
         for sock, _ in self._peers.values():
             sock.close(0)
@@ -286,7 +309,7 @@ class Producer:
     def _run(self) -> None:
         try:
             while not self._stopping.is_set():
-                self._loop.run_once(_SUBSCRIPTION_POLL)
+                self._loop.run_once(0.0 if self._state.can_answer() else None)
                 if self._state.answering:
                     with self._lock:
                         pub = self._pub
@@ -299,11 +322,29 @@ class Producer:
             log.exception("producer %s loop failed", self.address)
             raise
 
-    def _send_head(self) -> None:
+    def _on_head_timer(self) -> None:
+        self._poll_subscriptions()
         with self._cond:
             frame = self._state.head_frame()
             if frame is not None:
                 self._pub.send(frame)
+
+    def _on_connection(self, monitor: zmq.Socket) -> None:
+        """A peer connected to the data socket: its subscriptions follow."""
+        while True:
+            try:
+                monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+        for delay in _SUBSCRIPTION_LOOKS:
+            self._loop.call_later(delay, self._poll_subscriptions)
+
+    def _drain_wake(self, sock: zmq.Socket) -> None:
+        while True:
+            try:
+                sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
 
     def _poll_subscriptions(self) -> None:
         with self._cond:

@@ -174,6 +174,13 @@ class ProducerState:
     def answering(self) -> bool:
         return bool(self._answers)
 
+    def can_answer(self) -> bool:
+        """Whether :meth:`fetch_answers` would send something now: an answer
+        whose requester has room in its budget (the others wait for a FETCH,
+        which wakes the loop)."""
+        room = self.ledger.room
+        return any(room(requester) > 0 for requester in self._answers)
+
     def fetch_answers(self, budget: int = FETCH_SLICE) -> Iterator[list[bytes]]:
         """The frames of up to ``budget`` records' answers (DIRECT-RECORD, or
         DIRECT-RECORDS for a requester that reads them), taking the
