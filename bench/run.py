@@ -130,6 +130,9 @@ def role_producer(a: argparse.Namespace) -> None:
         extra.update({"producer/max_unacked": a.records + 1, "producer/max_unacked_bytes": 1 << 40})
     producer = Producer(a.topic, config(a.sub, a.pub, **extra))
     time.sleep(a.warmup)
+    deadline = time.monotonic() + 30
+    while producer.stats()["peers"] < a.wait_peers and time.monotonic() < deadline:
+        time.sleep(0.005)
     body = b"x" * a.size
     stamp = a.stamp
     send = producer.send
@@ -554,6 +557,39 @@ def _concurrent_reads(c: Cluster, records: int, session, rss: RssSampler) -> dic
     return out
 
 
+def scenario_partitions(producers: int, total: int) -> dict:
+    """``producers`` producer processes (one partition each) send ``total``
+    100-byte records between them into one store and one consumer: records
+    per second from the producers' launch (interpreter start, discovery and
+    connections included) to the consumer's last record."""
+    c = Cluster()
+    db = tempfile.mkdtemp(prefix="dafka-bench-")
+    each = total // producers
+    total = each * producers
+    try:
+        store = c.spawn("store", "--db", db, stdin=True)
+        store.stdout.readline()
+        consumer = c.spawn("consumer", "--records", str(total), "--reset", "earliest")
+        time.sleep(1.0)
+        launched = time.perf_counter()
+        procs = [c.spawn("producer", "--records", str(each), "--min-acks", "1", "--warmup", "0", "--wait-peers", "3")
+                 for _ in range(producers)]
+        r = result_of(consumer)
+        ps = [result_of(p) for p in procs]
+        store.stdin.write("stop\n")
+        store.stdin.flush()
+        s = result_of(store)
+        return {"producers": producers, "records": total, "received": r["received"],
+                "rate": r["received"] / (r["finished"] - launched) if r.get("finished") else 0.0,
+                "cpu_us": {"consumer": r.get("cpu_us"), "store": s.get("cpu_us"),
+                           "producers (sum)": sum(p.get("cpu_us") or 0 for p in ps)},
+                "rss_mib": {"consumer": r["rss_mib"], "store": s["rss_mib"],
+                            "producer (max)": max(p["rss_mib"] for p in ps)}}
+    finally:
+        c.close()
+        shutil.rmtree(db, ignore_errors=True)
+
+
 def spark_available() -> bool:
     import importlib.util
 
@@ -631,7 +667,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="100,1000", help="record sizes in bytes, comma-separated")
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    ap.add_argument("--skip", default="", help="comma-separated scenarios to skip (store, bulk, hold, spark)")
+    ap.add_argument("--skip", default="", help="comma-separated scenarios to skip (store, bulk, partitions, hold, spark)")
     # role options
     ap.add_argument("--sub")
     ap.add_argument("--pub")
@@ -647,6 +683,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stamp", action="store_true")
     ap.add_argument("--hold", action="store_true")
     ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--wait-peers", type=int, default=0, help="producer role: wait for this many peers first")
+    ap.add_argument("--partitions", default="1,8,32,128", help="producer counts of the many-partitions scenario")
     ap.add_argument("--linger", type=float, default=0.0)
     a = ap.parse_args(argv)
     if a.role:
@@ -678,6 +716,15 @@ def main(argv: list[str] | None = None) -> int:
             print_bulk(bulk, results["runs"][size]["ceiling"]["rate"])
         if session is not None:
             session.stop()
+    if "partitions" not in skip and "store" not in skip and store_available():
+        ceiling_rate = results["runs"][sizes[0]]["ceiling"]["rate"]
+        results["partitions"] = {}
+        print(f"\n== many partitions: P producers send {a.catchup_records // 5:,} 100-byte records in all ==")
+        for producers in (int(x) for x in a.partitions.split(",")):
+            m = scenario_partitions(producers, a.catchup_records // 5)
+            results["partitions"][producers] = m
+            print(f"{'P=' + str(producers):<44} {fmt_rate(m['rate'], ceiling_rate):<28} {fmt_cpu(m['cpu_us'])}; "
+                  f"RSS MiB " + ", ".join(f"{k} {v:.0f}" for k, v in m["rss_mib"].items()))
     results["first_record_live"] = scenario_first_record_live()
     print(f"consumer start to first record, live producer: {results['first_record_live']['first_record_ms']:.1f} ms")
     if "hold" not in skip:

@@ -131,9 +131,14 @@ class Producer:
         self._pub.sndhwm = c["producer/high_watermark"]
         self._pub.linger = 1000
         self._data = DataSocket(self._ctx, c, self._pub, self.address, "producer")
-        self._peers: dict[str, tuple[zmq.Socket, str]] = {}
+        self._peers: dict[str, tuple[zmq.Socket, str]] = {}  # endpoint -> (its SUB, its sender)
+        # With min_acks <= 1 it does not matter which store an ACK comes from:
+        # one SUB serves every peer (P producers make P sockets, not P squared).
+        self._shared_sub = self._peer_socket() if self.min_acks <= 1 else None
         self._loop = Loop()
         self._loop.add_reader(self._data.beacon.events, self._on_beacon)
+        if self._shared_sub is not None:
+            self._loop.add_reader(self._shared_sub, lambda sock: self._on_peer_message(sock, "store"))
         # The data socket is the caller's (send) as much as the loop's, so the loop
         # cannot poll it: it learns of a new connection from its monitor, and then
         # reads the subscriptions under the lock.  Nothing wakes it while all is idle
@@ -240,6 +245,8 @@ class Producer:
         for sock, _ in self._peers.values():
             sock.close(0)
         self._peers.clear()
+        if self._shared_sub is not None:
+            self._shared_sub.close(0)
         self._pub.close()
         if unacked and terminate:
             log.warning("producer %s closed with %d records unacked (terminate_unacked)", self.address, unacked)
@@ -357,16 +364,28 @@ class Producer:
             if wants_head:
                 self._pub.send(self._state.head_frame())
 
+    def _peer_socket(self) -> zmq.Socket:
+        sock = self._data.secure(self._ctx.socket(zmq.SUB))
+        sock.linger = 0
+        sock.rcvhwm = self.config["producer/high_watermark"]
+        sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.ACK, self.address, exact=True))
+        sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.FETCH, self.address, exact=True))
+        return sock
+
     def _on_beacon(self, pipe: zmq.Socket) -> None:
+        """Connect to every peer the tower reports: through one SUB each when
+        ACKs must be counted per store (min_acks >= 2: an ACK's store is the
+        connection it came on), else through the one shared SUB."""
+        shared = self._shared_sub
         for event in Beacon.read_events(pipe):
             if event.kind == CONNECT:
                 if event.endpoint in self._peers:
                     continue
-                sock = self._data.secure(self._ctx.socket(zmq.SUB))
-                sock.linger = 0
-                sock.rcvhwm = self.config["producer/high_watermark"]
-                sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.ACK, self.address, exact=True))
-                sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.FETCH, self.address, exact=True))
+                if shared is not None:
+                    if connect(shared, event.endpoint):
+                        self._peers[event.endpoint] = (shared, event.sender)
+                    continue
+                sock = self._peer_socket()
                 if not connect(sock, event.endpoint):
                     sock.close(0)
                     continue
@@ -374,11 +393,18 @@ class Producer:
                 self._loop.add_reader(sock, lambda s, sender=event.sender: self._on_peer_message(s, sender))
             else:
                 known = self._peers.pop(event.endpoint, None)
-                if known is not None:
-                    self._loop.remove_reader(known[0])
-                    known[0].close(0)
-                    with self._cond:
-                        self._state.forget_store(known[1])
+                if known is None:
+                    continue
+                if shared is not None:
+                    try:
+                        shared.disconnect(event.endpoint)
+                    except zmq.ZMQError:
+                        pass  # already gone
+                    continue
+                self._loop.remove_reader(known[0])
+                known[0].close(0)
+                with self._cond:
+                    self._state.forget_store(known[1])
 
     def _on_peer_message(self, sock: zmq.Socket, sender: str) -> None:
         released = False
