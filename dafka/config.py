@@ -319,6 +319,8 @@ define("consumer/fetch_retry", "int", 1000, "wait before an unanswered FETCH is 
        minimum=1, unit=_MS)
 define("consumer/max_buffered", "int", 100000, "out-of-order records kept per partition",
        minimum=0, unit="records")
+define("consumer/batches", "bool", 1,
+       "read a dafka-py producer's live records in batches (RECORDS); 0 = one RECORD per record")
 define("consumer/bulk", "bool", 1,
        "ask dafka-py stores and producers for FETCH answers in bulk (DIRECT-RECORDS, DIRECT-PARTITIONS); "
        "0 = RFC 46 answers only")
@@ -326,6 +328,8 @@ define("store/sync", "bool", 0, "fsync every write to the database")
 define("store/fetch_inflight_bytes", "int", 33554432,
        "FETCH answers queued for one requester and not yet shown received by its next FETCH; "
        "0 = unlimited", minimum=0, unit="bytes")
+define("store/batches", "bool", 1,
+       "the store's writer reads a dafka-py producer's live records in batches (RECORDS); 0 = one RECORD per record")
 define("store/bulk", "bool", 1,
        "the store's writer asks other dafka-py stores and producers for FETCH answers in bulk; "
        "0 = RFC 46 answers only")

@@ -58,6 +58,7 @@ class Consumer:
             fetch_max_bytes=c["consumer/fetch_max_bytes"],
             positions=self._journal.positions if self._journal else None,
             bulk=c["consumer/bulk"],
+            batches=c["consumer/batches"],
         )
         self._lock = threading.Lock()
         self._closed = False

@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 from collections import deque
 
+from . import batching, proto
 from . import bulk as bulk_answers
-from . import proto
 from .inflight import fetch_window, mean_size
 from .intake import RecordIntake
 from .records import Record, make_record, records
@@ -65,6 +65,7 @@ class ConsumerState(RecordIntake):
         fetch_max_bytes: int = 8 * 1024 * 1024,
         positions: dict[tuple[str, str], int] | None = None,
         bulk: bool = True,
+        batches: bool = True,
     ) -> None:
         super().__init__()
         if reset not in ("latest", "earliest"):
@@ -75,6 +76,7 @@ class ConsumerState(RecordIntake):
         self.max_buffered = max_buffered
         self.fetch_max_bytes = fetch_max_bytes
         self.bulk = bulk  # announce that we read DIRECT-RECORDS and DIRECT-PARTITIONS
+        self.batches = batches  # subscribe to live RECORDS beside RECORDs
         self.topics: list[str] = []
         self.partitions: dict[tuple[str, str], Partition] = {}
         self._positions = dict(positions or {})
@@ -93,7 +95,8 @@ class ConsumerState(RecordIntake):
         self.topics.append(topic)
         if self._asks_heads(topic):
             self.out.append(proto.encode(proto.GetHeadsMsg(topic, self.address)))
-        return [proto.subscription(proto.RECORD, topic, exact=True), proto.subscription(proto.HEAD, topic, exact=True)]
+        prefixes = [proto.subscription(proto.RECORD, topic, exact=True), proto.subscription(proto.HEAD, topic, exact=True)]
+        return prefixes + batching.consumer_subscriptions(topic) if self.batches else prefixes
 
     def own_subscriptions(self) -> list[bytes]:
         """Prefixes for the messages addressed to this consumer (with bulk
@@ -211,6 +214,9 @@ class ConsumerState(RecordIntake):
             self._on_record(self._partition(msg.subject, msg.address, msg.sequence), msg.sequence, msg.content)
         elif kind is proto.DirectRecordsMsg:
             if msg.subject in self.topics and msg.topic == self.address:
+                self._on_records(self._partition(msg.subject, msg.address, msg.sequence), msg)
+        elif kind is proto.RecordsMsg:
+            if msg.subject in self.topics and msg.topic == msg.subject:
                 self._on_records(self._partition(msg.subject, msg.address, msg.sequence), msg)
         elif kind is proto.HeadMsg:
             if msg.subject in self.topics:

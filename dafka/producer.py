@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import zmq
 
-from . import proto
+from . import batching, proto
 from .beacon import CONNECT, Beacon
 from .errors import BufferFull, Closed, FlushTimeout, RecordTooLarge
 from .loop import Loop
@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 # After a peer connects to the data socket, when to look for its subscriptions (seconds after the
 # handshake): they follow the handshake at once, and a new subscriber of our records gets a HEAD.
 _SUBSCRIPTION_LOOKS = (0.001, 0.005, 0.025, 0.1)
+_LINGER = b"L"  # on the wake-up pipe: a batch waits, send it after batching.LINGER
+_clock = time.perf_counter
 
 
 class SendHandle:
@@ -127,7 +129,7 @@ class Producer:
         self._stopping = threading.Event()
         self._ctx = ctx or zmq.Context.instance()
         self._pub = self._ctx.socket(zmq.XPUB)
-        self._pub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self._pub.setsockopt(zmq.XPUB_VERBOSER, 1)  # every (un)subscription: who reads RECORDS (dafka.batching)
         self._pub.sndhwm = c["producer/high_watermark"]
         self._pub.linger = 1000
         self._data = DataSocket(self._ctx, c, self._pub, self.address, "producer")
@@ -153,6 +155,7 @@ class Producer:
         self._waker.linger = 0
         self._waker.connect(wake)
         self._loop.add_reader(self._wake, self._drain_wake)
+        self._lingering = False  # a batch waits for the loop to send it
         self._loop.call_every(c["producer/head_interval"] / 1000.0, self._on_head_timer)
         self._data.beacon.start()
         self._thread = threading.Thread(target=self._run, name=f"dafka-producer-{self.address[:8]}", daemon=True)
@@ -195,13 +198,22 @@ class Producer:
         with self._lock:
             if self._closed:
                 raise Closed("producer is closed")
-            frame = self._state.publish(value)
+            state = self._state
+            frame = state.publish(value)
             if frame is None:
                 frame = self._publish_when_room(value, self.send_timeout if timeout is None else timeout)
-            pub = self._pub
-            _raw_send(pub, frame, zmq.SNDMORE)
-            _raw_send(pub, value)
-            seq = self._state.next_seq - 1
+            audience = state.audience
+            if audience.records:  # a RECORD for those who read no batches (reference peers...)
+                pub = self._pub
+                _raw_send(pub, frame, zmq.SNDMORE)
+                _raw_send(pub, value)
+            if audience.batches:
+                if state.batch_record(value, _clock()):
+                    self._send_batch()
+                elif not self._lingering:
+                    self._lingering = True  # the loop sends the batch if no record fills it first
+                    self._waker.send(_LINGER, zmq.NOBLOCK)
+            seq = state.next_seq - 1
             if on_delivery is not None:
                 self._callbacks.append((seq, on_delivery))
         return _new_handle(self, seq)
@@ -267,6 +279,9 @@ class Producer:
                 "buffered_bytes": s.buffered_bytes,
                 "peers": len(self._peers),
                 "malformed": s.malformed,
+                "batches_sent": s.batches_sent,
+                "audience_records": int(s.audience.records),
+                "audience_batches": int(s.audience.batches),
             }
 
     def __enter__(self) -> "Producer":
@@ -347,11 +362,28 @@ class Producer:
             self._loop.call_later(delay, self._poll_subscriptions)
 
     def _drain_wake(self, sock: zmq.Socket) -> None:
+        linger = False
         while True:
             try:
-                sock.recv(zmq.NOBLOCK)
+                linger = sock.recv(zmq.NOBLOCK) == _LINGER or linger
             except zmq.Again:
-                return
+                break
+        if linger:
+            self._loop.call_later(batching.LINGER, self._send_lingering)
+
+    def _send_lingering(self) -> None:
+        with self._lock:
+            self._lingering = False
+            self._send_batch()
+
+    def _send_batch(self) -> None:
+        """With the lock held: the records waiting for a batch, as one RECORDS."""
+        frames = self._state.take_batch()
+        if frames is not None:
+            pub = self._pub
+            _raw_send(pub, frames[0], zmq.SNDMORE)
+            _raw_send(pub, frames[1], zmq.SNDMORE)
+            _raw_send(pub, frames[2], 0, len(frames[2]) < ZERO_COPY_BYTES)
 
     def _poll_subscriptions(self) -> None:
         with self._cond:
@@ -363,6 +395,8 @@ class Producer:
                     wants_head = self._state.on_subscription(sub) or wants_head
             if wants_head:
                 self._pub.send(self._state.head_frame())
+            if not self._state.audience.batches:
+                self._send_batch()  # nobody reads batches any more: what waits goes now
 
     def _peer_socket(self) -> zmq.Socket:
         sock = self._data.secure(self._ctx.socket(zmq.SUB))

@@ -23,8 +23,8 @@ from collections import deque
 from itertools import islice
 from typing import Iterator
 
+from . import batching, proto
 from . import bulk as bulk_answers
-from . import proto
 from .inflight import MESSAGE_OVERHEAD, InflightLedger
 
 FETCH_SLICE = 10_000
@@ -57,6 +57,14 @@ class ProducerState:
         self.malformed = 0
         self.ledger = InflightLedger(fetch_inflight_bytes)
         self.bulk = bulk_answers.Negotiated()
+        # Live records in batches (RECORDS) for the subscribers that read them.
+        self.audience = batching.Audience(topic, address)
+        self.batch: list[bytes] = []  # published records waiting to go out in one RECORDS
+        self.batch_bytes = 0
+        self.batch_first = 0  # the sequence of batch[0]
+        self.batches_sent = 0
+        self.last_publish = float("-inf")
+        self._records_prefix = proto.record_prefix(proto.RECORDS, topic, address, topic)
         # FETCH answers in progress, one per requester, served in turn: requester -> [next, end]
         self._answers: dict[str, list[int]] = {}
         self._turns: deque[str] = deque()
@@ -168,7 +176,38 @@ class ProducerState:
                 self._answers.pop(sub.topic, None)
         elif self.bulk.on_subscription(sub):
             return False
+        self.audience.on_subscription(sub)
         return sub.subscribe and self.wants_head_for(sub)
+
+    # -- live batches ---------------------------------------------------------
+
+    def batch_record(self, content: bytes, now: float) -> bool:
+        """Add the record just published to the live batch; True if the batch
+        is to go out now (the record came alone, not in a burst, or the batch
+        is full), False if it waits for more (at most ``batching.LINGER``)."""
+        batch = self.batch
+        if not batch:
+            self.batch_first = self.next_seq - 1
+        batch.append(content)
+        self.batch_bytes += len(content)
+        alone = now - self.last_publish >= batching.BURST_GAP
+        self.last_publish = now
+        return alone or len(batch) >= batching.MAX_RECORDS or self.batch_bytes >= batching.MAX_BYTES
+
+    def take_batch(self) -> list[bytes] | None:
+        """The RECORDS frames of the waiting records (None: none wait).  They
+        are consecutive: whoever stops adding records to the batch (the
+        audience stopped reading RECORDS) takes it first."""
+        batch = self.batch
+        if not batch:
+            return None
+        n = len(batch)
+        lengths, contents = proto.pack_contents(batch)
+        frame = self._records_prefix + self.batch_first.to_bytes(8, "big") + n.to_bytes(4, "big") + _NO_STAMPS
+        self.batch = []
+        self.batch_bytes = 0
+        self.batches_sent += 1
+        return [frame, lengths, contents]
 
     @property
     def answering(self) -> bool:
@@ -231,7 +270,7 @@ class ProducerState:
                      room: int) -> Iterator[list[bytes]]:
         """DIRECT-RECORDS of ``held`` (records ``seq..stop-1``), packed in C;
         returns (next sequence, bytes spent)."""
-        prefix = proto.direct_records_prefix(requester, self.address, self.topic)
+        prefix = proto.record_prefix(proto.DIRECT_RECORDS, requester, self.address, self.topic)
         spent = 0
         end = min(stop, seq + budget)
         count = bulk_answers.FIRST_COUNT

@@ -56,6 +56,9 @@ DIRECT_TAIL = b"T"
 # them (``R<own address>``, ``P<own address>``) gets its answers in bulk.
 DIRECT_RECORDS = b"R"
 DIRECT_PARTITIONS = b"P"
+# ...and a live stream of records in batches, which a producer sends to the
+# dafka-py consumers and stores that subscribed to it (``S<topic>`` NUL, ``S``).
+RECORDS = b"S"
 
 # Tower / beacon frames.
 BEACON = b"B"
@@ -213,6 +216,12 @@ class DirectRecordsMsg:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordsMsg(DirectRecordsMsg):
+    """RECORDS (extension): records of a producer published live in one
+    message, laid out as DIRECT-RECORDS.  topic = topic name; no stamps."""
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionInfo:
     """One entry of DIRECT-PARTITIONS: a store holds records ``tail .. head`` of
     the partition (tail = head + 1 when retention deleted them all)."""
@@ -251,6 +260,7 @@ Message = Union[
     DirectTailMsg,
     DirectRecordsMsg,
     DirectPartitionsMsg,
+    RecordsMsg,
 ]
 
 MESSAGE_IDS: dict[type, bytes] = {
@@ -266,6 +276,7 @@ MESSAGE_IDS: dict[type, bytes] = {
     DirectTailMsg: DIRECT_TAIL,
     DirectRecordsMsg: DIRECT_RECORDS,
     DirectPartitionsMsg: DIRECT_PARTITIONS,
+    RecordsMsg: RECORDS,
 }
 
 
@@ -346,7 +357,7 @@ def encode(msg: Message) -> list[bytes]:
                 raise ValueError(f"subject is {len(raw)} bytes long; at most {MAX_STRING}")
             parts.append(len(raw).to_bytes(4, "big") + raw)
         return [b"".join(parts)]
-    if kind is DirectRecordsMsg:
+    if kind is DirectRecordsMsg or kind is RecordsMsg:
         count = msg.count
         if count < 1 or len(msg.lengths) != 4 * count:
             raise ValueError("DIRECT-RECORDS needs at least one record, and 4 bytes of lengths per record")
@@ -355,7 +366,7 @@ def encode(msg: Message) -> list[bytes]:
         if sum(_lengths(msg.lengths)) != len(msg.contents):
             raise ValueError("DIRECT-RECORDS lengths do not add up to the contents")
         frame = (
-            direct_records_prefix(msg.topic, msg.address, msg.subject)
+            record_prefix(MESSAGE_IDS[kind], msg.topic, msg.address, msg.subject)
             + _u64(msg.sequence)
             + _u32(count, "count")
             + encode_stamps(msg.stamps)
@@ -377,17 +388,12 @@ def encode(msg: Message) -> list[bytes]:
 
 
 def record_prefix(msg_id: bytes, topic: str, address: str, subject: str) -> bytes:
-    """Frame 1 of a RECORD/DIRECT-RECORD/HEAD/DIRECT-HEAD without its sequence.
+    """Frame 1 of a RECORD/DIRECT-RECORD/HEAD/DIRECT-HEAD without its sequence
+    (of a RECORDS or DIRECT-RECORDS without ``sequence count stamps``).
 
     The hot paths build frame 1 as ``prefix + seq.to_bytes(8, "big")`` and
     recognise known partitions by ``frame[:-8]``."""
     return _header(msg_id, topic) + _string(address, "address") + _string(subject, "subject")
-
-
-def direct_records_prefix(requester: str, address: str, subject: str) -> bytes:
-    """Frame 1 of a DIRECT-RECORDS up to its sequence: the answering peers add
-    ``sequence(8) count(4)`` and :func:`encode_stamps` for each message."""
-    return _header(DIRECT_RECORDS, requester) + _string(address, "address") + _string(subject, "subject")
 
 
 def encode_stamps(stamps: Sequence[tuple[int, int]]) -> bytes:
@@ -474,7 +480,7 @@ class _Reader:
 
 _HEAD_LIKE = {HEAD: HeadMsg, DIRECT_HEAD: DirectHeadMsg, DIRECT_TAIL: DirectTailMsg}
 _TWO_FRAMES = frozenset((RECORD, DIRECT_RECORD))
-_FRAMES = {RECORD: 2, DIRECT_RECORD: 2, DIRECT_RECORDS: 3}
+_FRAMES = {RECORD: 2, DIRECT_RECORD: 2, DIRECT_RECORDS: 3, RECORDS: 3}
 _KNOWN_IDS = frozenset(MESSAGE_IDS.values())
 
 
@@ -515,8 +521,8 @@ def decode(frames: Sequence[bytes]) -> Message:
                 raise MalformedMessage("content frame is not bytes") from None
         cls = RecordMsg if msg_id == RECORD else DirectRecordMsg
         return cls(topic, address, subject, seq, content)
-    if msg_id == DIRECT_RECORDS:
-        return _decode_direct_records(r, topic, frames)
+    if msg_id == DIRECT_RECORDS or msg_id == RECORDS:
+        return _decode_records(RecordsMsg if msg_id == RECORDS else DirectRecordsMsg, r, topic, frames)
     if msg_id == DIRECT_PARTITIONS:
         address = r.string("address")
         subject = r.string("subject")
@@ -560,7 +566,7 @@ def decode(frames: Sequence[bytes]) -> Message:
     return cls(topic, address)
 
 
-def _decode_direct_records(r: _Reader, topic: str, frames: Sequence[bytes]) -> DirectRecordsMsg:
+def _decode_records(cls: type, r: _Reader, topic: str, frames: Sequence[bytes]) -> DirectRecordsMsg:
     address = r.string("address")
     subject = r.string("subject")
     seq = r.u64()
@@ -586,7 +592,7 @@ def _decode_direct_records(r: _Reader, topic: str, frames: Sequence[bytes]) -> D
         raise MalformedMessage(f"DIRECT-RECORDS of {count} records has {len(lengths)} bytes of lengths")
     if sum(_lengths(lengths)) != len(contents):
         raise MalformedMessage("DIRECT-RECORDS lengths do not add up to its contents")
-    return DirectRecordsMsg(topic, address, subject, seq, lengths, contents, stamps)
+    return cls(topic, address, subject, seq, lengths, contents, stamps)
 
 
 _NAMES = {
@@ -602,6 +608,7 @@ _NAMES = {
     DIRECT_TAIL: "DIRECT-TAIL",
     DIRECT_RECORDS: "DIRECT-RECORDS",
     DIRECT_PARTITIONS: "DIRECT-PARTITIONS",
+    RECORDS: "RECORDS",
 }
 
 

@@ -76,7 +76,7 @@ class _Answer:
         self.prefix = keys.partition_prefix(keys.RECORD, subject, producer)
         self.bulk = bulk  # the requester reads DIRECT-RECORDS
         if bulk:
-            self.out_prefix = proto.direct_records_prefix(requester, producer, subject)
+            self.out_prefix = proto.record_prefix(proto.DIRECT_RECORDS, requester, producer, subject)
         else:
             self.out_prefix = proto.record_prefix(proto.DIRECT_RECORD, requester, producer, subject)
         self.next = seq  # the next sequence to send

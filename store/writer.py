@@ -18,7 +18,7 @@ import time
 import plyvel
 import zmq
 
-from dafka import proto
+from dafka import batching, proto
 from dafka.config import Config
 from dafka.loop import Loop
 from dafka.peer import drain_records
@@ -69,6 +69,8 @@ class Writer(RoleThread):
         ]
         if config["store/bulk"]:
             prefixes.append(proto.subscription(proto.DIRECT_RECORDS, address, exact=True))
+        if config["store/batches"]:
+            prefixes.append(batching.WRITER_SUBSCRIPTION)
         for prefix in prefixes:
             self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
         super().__init__(ctx, config, self._pub, self._sub, address, name)

@@ -209,8 +209,8 @@ class WriterState(RecordIntake):
             p = self._partition(msg.subject, msg.address)
             if p is not None:
                 self._on_record(p, msg.sequence, msg.content)
-        elif kind is proto.DirectRecordsMsg:
-            if msg.topic == self.address:
+        elif kind is proto.DirectRecordsMsg or kind is proto.RecordsMsg:
+            if msg.topic == (self.address if kind is proto.DirectRecordsMsg else msg.subject):
                 p = self._partition(msg.subject, msg.address)
                 if p is not None:
                     self._on_records(p, msg)

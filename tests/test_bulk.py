@@ -1,6 +1,7 @@
-"""Bulk answers between dafka-py peers (rfc/dafka.md section 12): the
-DIRECT-RECORDS and DIRECT-PARTITIONS codec, their negotiation, and how the
-sans-I/O states of the consumer, the store writer and the producer use them."""
+"""Bulk answers and live batches between dafka-py peers (rfc/dafka.md
+sections 12 and 13): the DIRECT-RECORDS, DIRECT-PARTITIONS and RECORDS codec,
+their negotiation, and how the sans-I/O states of the consumer, the store
+writer and the producer use them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dafka import bulk, proto
+from dafka import batching, bulk, proto
 from dafka.consumer_state import ConsumerState
 from dafka.inflight import FILTER_BLOCK, REFERENCE_CAP, InflightLedger
 from dafka.producer_state import ProducerState
@@ -73,7 +74,7 @@ def test_malformed_direct_records_are_refused(frames, why):
 
 
 def test_direct_records_field_limits():
-    head = proto.direct_records_prefix(ME, P, "t")
+    head = proto.record_prefix(proto.DIRECT_RECORDS, ME, P, "t")
     with pytest.raises(proto.MalformedMessage, match="no record"):
         proto.decode([head + bytes(8) + bytes(4) + bytes(4), b"", b""])
     with pytest.raises(proto.MalformedMessage, match="past sequence"):
@@ -288,3 +289,75 @@ def test_producer_bulk_answers_respect_the_in_flight_budget():
     assert producer_answers(state, budget=10**9) == []  # paused until the next FETCH shows progress
     state.on_fetch(proto.FetchMsg(P, ME, "t", sent, 10_000 - sent))
     assert producer_answers(state, budget=10**9)[0].sequence == sent
+
+
+# -- live batches (RECORDS) ------------------------------------------------------
+
+
+def sub(frame: bytes) -> proto.Subscription:
+    return proto.decode_subscription(frame)
+
+
+def test_audience_counts_who_reads_records_and_who_batches():
+    audience = batching.Audience("t", P)
+    assert not audience.records and not audience.batches
+    # a dafka-py consumer: both forms, exact
+    assert audience.on_subscription(sub(b"\x01Mt\0")) and audience.on_subscription(sub(b"\x01St\0"))
+    assert audience.batches and not audience.records
+    # a dafka-py store writer: every topic, both forms
+    audience.on_subscription(sub(b"\x01M"))
+    audience.on_subscription(sub(b"\x01S"))
+    assert audience.batches and not audience.records
+    # a reference consumer (prefix, no batches): RECORDs again
+    audience.on_subscription(sub(b"\x01Mt"))
+    assert audience.records
+    audience.on_subscription(sub(b"\x00Mt"))
+    assert not audience.records
+    # a second dafka-py consumer that reads no batches (consumer/batches = 0)
+    audience.on_subscription(sub(b"\x01Mt\0"))
+    assert audience.records
+    audience.on_subscription(sub(b"\x00Mt\0"))
+    assert not audience.records
+    # an observer of everything gets RECORDs; other topics and ids do not count
+    audience.on_subscription(sub(b"\x01"))
+    assert audience.records
+    assert not audience.on_subscription(sub(b"\x01Mother\0")) and not audience.on_subscription(sub(b"\x01Ht\0"))
+    audience.on_subscription(sub(b"\x00"))
+    for frame in (b"\x00Mt\0", b"\x00St\0", b"\x00M", b"\x00S"):
+        audience.on_subscription(sub(frame))
+    assert not audience.records and not audience.batches
+
+
+def test_producer_batches_bursts_and_sends_lone_records_at_once():
+    state = ProducerState(P, "t", min_acks=0)
+    state.on_subscription(sub(b"\x01St\0"))
+    state.publish(b"a")
+    assert state.batch_record(b"a", 10.0)  # alone: out at once
+    assert proto.decode(state.take_batch()) == proto.RecordsMsg("t", P, "t", 0, *proto.pack_contents([b"a"]))
+    for i in range(1, 4):
+        state.publish(b"v%d" % i)
+        assert not state.batch_record(b"v%d" % i, 10.0 + i * 1e-6)  # a burst: waits
+    frames = state.take_batch()
+    msg = proto.decode(frames)
+    assert type(msg) is proto.RecordsMsg and (msg.topic, msg.sequence, msg.count) == ("t", 1, 3)
+    assert proto.split_contents(msg.lengths, msg.contents) == [b"v1", b"v2", b"v3"]
+    assert state.take_batch() is None and state.batches_sent == 2
+    for i in range(4, 4 + batching.MAX_RECORDS):  # full: out without waiting
+        state.publish(b"x")
+        full = state.batch_record(b"x", 20.0 + i * 1e-6)
+    assert full and proto.decode(state.take_batch()).count == batching.MAX_RECORDS
+
+
+def test_consumer_and_writer_read_live_batches():
+    consumer = ConsumerState(ME, reset="earliest")
+    assert batching.consumer_subscriptions("t")[0] in consumer.subscribe("t")
+    assert batching.consumer_subscriptions("t")[0] not in ConsumerState(ME, batches=False).subscribe("t")
+    lengths, contents = proto.pack_contents(values(0, 5))
+    live = proto.encode(proto.RecordsMsg("t", P, "t", 0, lengths, contents))
+    consumer.on_frames(live)
+    consumer.on_frames(proto.encode(proto.RecordMsg("t", P, "t", 3, b"v3")))  # the same record as a RECORD
+    assert delivered(consumer) == [(s, b"v%d" % s) for s in range(5)]
+    writer = WriterState(W)
+    writer.on_frames(live)
+    assert [k for k in writer.take_batch(1).keys if k[:1] == keys.RECORD] == [keys.record_key("t", P, s)
+                                                                              for s in range(5)]

@@ -1,0 +1,74 @@
+"""Live records in batches between dafka-py peers (rfc/dafka.md section 13).
+
+A producer publishes every record as a RECORD, one message each: on either
+side that costs a Python step and a libzmq message per record, the cost of
+the live path.  dafka-py consumers and store writers therefore also subscribe
+to RECORDS (``S<topic>`` NUL, ``S``), messages that carry many consecutive
+records of a producer.  A dafka-py producer sees every subscription on its
+XPUB and knows who needs what (:class:`Audience`): it sends RECORDS as long as
+somebody subscribed to them, and RECORDs as long as somebody subscribed to
+RECORDs without subscribing to RECORDS as well (a reference consumer or
+store, a dafka-py peer with batching turned off, an observer).  A reference
+peer never subscribes ``S``, so it never receives RECORDS, and keeps getting
+every record as a RECORD.
+
+Batches add no latency when records come one at a time: a record is sent at
+once unless the previous one was published less than :data:`BURST_GAP`
+seconds before (a burst).  In a burst, records wait in the batch until it
+holds :data:`MAX_RECORDS` records or :data:`MAX_BYTES` bytes, or until the
+burst pauses: the producer's loop sends what waits :data:`LINGER` seconds
+after the first record that waited.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from . import proto
+
+MAX_RECORDS = 1024  # records per RECORDS at most...
+MAX_BYTES = 64 * 1024  # ...and bytes of contents (a bigger record travels alone)
+BURST_GAP = 20e-6  # a record published sooner than this after the previous one is part of a burst
+LINGER = 0.001  # seconds a record of a burst may wait for more to join it
+
+
+def consumer_subscriptions(topic: str) -> list[bytes]:
+    """What a dafka-py consumer adds to its ``M<topic>`` NUL to read batches."""
+    return [proto.subscription(proto.RECORDS, topic, exact=True)]
+
+
+WRITER_SUBSCRIPTION = proto.subscription(proto.RECORDS)  # a store writer's: every topic, as with ``M``
+
+
+class Audience:
+    """Who, among the subscribers of a producer's data socket, reads its
+    records as RECORDs and who as RECORDS, from the (un)subscriptions the
+    socket sees (with ``XPUB_VERBOSER``, every one of them, a closed pipe's
+    included).
+
+    Subscriptions are counted per prefix, not per subscriber: a dafka-py
+    consumer subscribes both ``M<topic>`` NUL and ``S<topic>`` NUL, so
+    somebody needs RECORDs when a prefix that matches them is subscribed more
+    often than the same prefix with ``S``, or when somebody subscribed to
+    everything (an observer)."""
+
+    def __init__(self, topic: str, address: str) -> None:
+        self._record = proto.record_prefix(proto.RECORD, topic, address, topic)
+        self._records = proto.record_prefix(proto.RECORDS, topic, address, topic)
+        self._counts: Counter[bytes] = Counter()
+        self.records = False  # somebody needs RECORDs
+        self.batches = False  # somebody reads RECORDS
+
+    def on_subscription(self, sub: proto.Subscription) -> bool:
+        """Count one (un)subscription; True if it was about our records."""
+        raw = sub.msg_id + proto.encode_subscription(sub)[2:]
+        if sub.msg_id and not (self._record.startswith(raw) or self._records.startswith(raw)):
+            return False
+        self._counts[raw] += 1 if sub.subscribe else -1
+        if self._counts[raw] <= 0:
+            del self._counts[raw]
+        counts = self._counts
+        self.batches = any(p[:1] == proto.RECORDS for p in counts)
+        self.records = b"" in counts or any(
+            p[:1] == proto.RECORD and counts[p] > counts.get(proto.RECORDS + p[1:], 0) for p in counts)
+        return True
