@@ -17,12 +17,14 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import zmq
-import zmq.auth
-from zmq.auth.thread import ThreadAuthenticator
 
 from .config import Config, ConfigError
+
+if TYPE_CHECKING:
+    from zmq.auth.thread import ThreadAuthenticator
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ def _load_secret(config: Config, key: str) -> tuple[bytes, bytes]:
     if not path:
         raise ConfigError("must name a secret key file (.key_secret) when security/curve is on", key=key)
     try:
+        import zmq.auth  # only with CURVE: it imports asyncio, a tenth of a peer's start-up
+
         public, secret = zmq.auth.load_certificate(path)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read secret key file {path!r}: {exc}", key=key) from None
@@ -98,7 +102,9 @@ def acquire_authenticator(ctx: zmq.Context, curve: Curve | None) -> None:
 _ZAP_REBIND_TIMEOUT = 5.0  # seconds
 
 
-def _start_authenticator(ctx: zmq.Context) -> ThreadAuthenticator:
+def _start_authenticator(ctx: zmq.Context) -> "ThreadAuthenticator":
+    from zmq.auth.thread import ThreadAuthenticator
+
     """A started authenticator.  Its ZAP socket binds ``inproc://zeromq.zap.01``,
     which the previous authenticator of this context may still hold for a
     moment after ``stop()``: libzmq closes sockets asynchronously."""
@@ -133,4 +139,6 @@ def release_authenticator(ctx: zmq.Context, curve: Curve | None) -> None:
 def generate_keys(directory: str, name: str) -> tuple[str, str]:
     """Write ``name.key`` (public) and ``name.key_secret`` in ``directory``."""
     os.makedirs(directory, exist_ok=True)
+    import zmq.auth
+
     return zmq.auth.create_certificates(directory, name)
