@@ -47,6 +47,9 @@ class _Peer:
     expires: float
 
 
+_SELF = _Peer("", float("inf"))  # our own beacon, relayed back to us
+
+
 @dataclass
 class BeaconState:
     """Peer tracking, free of I/O: feed it tower frames and time."""
@@ -57,6 +60,8 @@ class BeaconState:
     peers: dict[str, _Peer] = field(default_factory=dict)
     welcomed: bool = False
     malformed: int = 0
+    # the frames (sender, endpoint) of a beacon already decoded -> its peer (_SELF: our own)
+    _raw: dict[tuple[bytes, bytes], "_Peer"] = field(default_factory=dict, repr=False)
 
     def on_frames(self, frames: list[bytes], now: float) -> tuple[list[PeerEvent], bool]:
         """Handle one message from the tower; returns the events and whether
@@ -64,6 +69,14 @@ class BeaconState:
         if frames == [proto.WELCOME]:
             self.welcomed = True
             return [], True
+        if len(frames) == 3 and frames[0] == proto.BEACON:
+            # Every peer's beacon comes every beacon/interval: a known one only refreshes.
+            known = self._raw.get((frames[1], frames[2]))
+            if known is not None:
+                self.welcomed = True
+                if known is not _SELF:
+                    known.expires = now + self.timeout
+                return [], False
         try:
             beacon = proto.decode_tower_beacon(frames)
         except proto.MalformedMessage as exc:
@@ -72,6 +85,7 @@ class BeaconState:
             return [], False
         self.welcomed = True
         if beacon.sender == self.sender:
+            self._raw[(frames[1], frames[2])] = _SELF
             return [], False
         known = self.peers.get(beacon.endpoint)
         if known is not None and known.sender == beacon.sender:
@@ -80,13 +94,23 @@ class BeaconState:
         events = []
         if known is not None:
             events.append(PeerEvent(DISCONNECT, beacon.endpoint, known.sender))
-        self.peers[beacon.endpoint] = _Peer(beacon.sender, now + self.timeout)
+            self._forget(beacon.endpoint)
+        peer = self.peers[beacon.endpoint] = _Peer(beacon.sender, now + self.timeout)
+        self._raw[(frames[1], frames[2])] = peer
         events.append(PeerEvent(CONNECT, beacon.endpoint, beacon.sender))
         return events, True
 
     def expire(self, now: float) -> list[PeerEvent]:
         gone = [ep for ep, peer in self.peers.items() if peer.expires <= now]
-        return [PeerEvent(DISCONNECT, ep, self.peers.pop(ep).sender) for ep in gone]
+        events = [PeerEvent(DISCONNECT, ep, self.peers[ep].sender) for ep in gone]
+        for ep in gone:
+            self._forget(ep)
+        return events
+
+    def _forget(self, endpoint: str) -> None:
+        peer = self.peers.pop(endpoint)
+        for key in [k for k, v in self._raw.items() if v is peer]:
+            del self._raw[key]
 
     def next_expiry(self) -> float | None:
         return min((p.expires for p in self.peers.values()), default=None)
