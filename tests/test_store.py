@@ -706,3 +706,42 @@ def test_stop_returns_when_the_thread_ends_on_its_own_at_the_same_moment(tower, 
     assert not stopper.is_alive(), "stop() is blocked on the wake-up pipe"
     for sock in (role._sub, role._data_sock):
         sock.close(0)
+
+
+def test_bulk_readers_are_served_in_turn_not_one_after_the_other(tower, make_store, tmp_path):
+    """Two requesters ask for a whole 200,000-record partition at once: their
+    DIRECT-RECORDS interleave, neither waits for the other to finish."""
+    db = plyvel.DB(str(tmp_path / "db"), create_if_missing=True)
+    with db.write_batch() as wb:
+        for seq in range(200_000):
+            wb.put(keys.record_key("turns", "P" * 32, seq), b"v" * 100)
+        wb.put(keys.head_key("turns", "P" * 32), (199_999).to_bytes(8, "big"))
+    db.close()
+    store = make_store(store__fetch_inflight_bytes=0)  # no budget: only the turns keep them fair
+    peers = [RawPeer(tower), RawPeer(tower)]
+    try:
+        for peer in peers:
+            peer.listen(store.reader_endpoint, bulk=True)
+            assert peer.receive(limit=5)[:1] == [proto.StoreHelloMsg(peer.address, store.reader_address)]
+            peer.wait_subscribed(b"\x01F")
+        for peer in peers:
+            peer.send(proto.encode(proto.FetchMsg("P" * 32, peer.address, "turns", 0, 200_000)))
+        poller = zmq.Poller()
+        for peer in peers:
+            poller.register(peer.sub, zmq.POLLIN)
+        order: list[int] = []  # which requester each DIRECT-RECORDS went to, in arrival order
+        got = [0, 0]
+        deadline = time.monotonic() + 60
+        while min(got) < 200_000 and time.monotonic() < deadline:
+            for sock, _ in poller.poll(100):
+                who = 0 if sock is peers[0].sub else 1
+                msg = proto.decode(sock.recv_multipart())
+                assert type(msg) is proto.DirectRecordsMsg and msg.sequence == got[who]
+                got[who] += msg.count
+                order.append(who)
+        assert got == [200_000, 200_000]
+        first_done = min(len(order) - order[::-1].index(who) for who in (0, 1))  # one's last message
+        assert order[:first_done].count(0) > 1 and order[:first_done].count(1) > 1, order  # both had turns
+    finally:
+        for peer in peers:
+            peer.close()
