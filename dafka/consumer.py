@@ -133,39 +133,56 @@ class Consumer:
             raise ValueError(f"max_records must be at least 1, got {max_records}")
         with self._lock:
             ready = self._wait_ready(timeout)
-            if not ready:
-                return []
-            if len(ready) <= max_records:
-                records = list(ready)
-                ready.clear()
-            else:
-                popleft = ready.popleft
-                records = [popleft() for _ in range(max_records)]
-            if self.value_deserializer is not None:
-                decode = self.value_deserializer
-                records = [Record(r.topic, r.partition, r.offset, decode(r.value)) for r in records]
-            if self._journal is not None:
-                self._last = records
-            return records
+            return self._take(ready, max_records) if ready else []
 
     def _wait_ready(self, timeout: float | None) -> deque[Record]:
         """With the lock held: commit what the previous call returned, then
         run the loop until records are ready or ``timeout`` passes; returns
         the ready queue (empty after a timeout)."""
-        if self._closed:
-            raise Closed("consumer is closed")
-        if self._journal is not None:
-            self._commit_last()
-        ready = self._state.ready
+        ready = self._resume()
         if not ready:
             deadline = None if timeout is None else time.monotonic() + timeout
             while not ready:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     break
-                self._loop.run_once(remaining)
-                self._flush_out()
+                self._serve(remaining)
         return ready
+
+    # -- the steps of a read, shared with dafka.aio.AsyncConsumer -------------
+
+    def _resume(self) -> deque[Record]:
+        """The start of every read: raise :class:`Closed` if closed, commit
+        what the previous read returned; returns the ready queue."""
+        if self._closed:
+            raise Closed("consumer is closed")
+        if self._journal is not None:
+            self._commit_last()
+        return self._state.ready
+
+    def _serve(self, timeout: float | None) -> int:
+        """Serve the sockets and due timers once, waiting up to ``timeout``
+        seconds, and publish what the state asks; returns how many sockets
+        had something to read."""
+        served = self._loop.run_once(timeout)
+        self._flush_out()
+        return served
+
+    def _take(self, ready: deque[Record], max_records: int) -> list[Record]:
+        """Up to ``max_records`` records off ``ready``, deserialized, and
+        remembered for the offsets file (committed by the next read)."""
+        if len(ready) <= max_records:
+            records = list(ready)
+            ready.clear()
+        else:
+            popleft = ready.popleft
+            records = [popleft() for _ in range(max_records)]
+        if self.value_deserializer is not None:
+            decode = self.value_deserializer
+            records = [Record(r.topic, r.partition, r.offset, decode(r.value)) for r in records]
+        if self._journal is not None:
+            self._last = records
+        return records
 
     def __iter__(self) -> Iterator[Record]:
         while not self._closed:

@@ -41,6 +41,10 @@ class Loop:
         self._handlers[sock] = handler
         self._poller.register(sock, zmq.POLLIN)
 
+    def sockets(self) -> list[zmq.Socket]:
+        """The sockets with a reader: what an outer event loop must watch (:mod:`dafka.aio`)."""
+        return list(self._handlers)
+
     def remove_reader(self, sock: zmq.Socket) -> None:
         if self._handlers.pop(sock, None) is not None:
             self._poller.unregister(sock)
@@ -62,20 +66,23 @@ class Loop:
             heapq.heappop(self._timers)
         return self._timers[0][0] if self._timers else None
 
-    def run_once(self, timeout: float | None) -> None:
+    def run_once(self, timeout: float | None) -> int:
         """Wait up to ``timeout`` seconds (None = until something happens) for
-        sockets or the next timer, then serve what is ready."""
+        sockets or the next timer, then serve what is ready; returns how many
+        sockets were ready (0: none had anything to read)."""
         deadline = self.next_deadline()
         now = time.monotonic()
         if deadline is not None:
             wait = max(0.0, deadline - now)
             timeout = wait if timeout is None else min(timeout, wait)
         ms = None if timeout is None else int(timeout * 1000 + 0.999)
-        for sock, _ in self._poller.poll(ms):
+        events = self._poller.poll(ms)
+        for sock, _ in events:
             handler = self._handlers.get(sock)
             if handler is not None:
                 handler(sock)
         self._run_timers()
+        return len(events)
 
     def _run_timers(self) -> None:
         now = time.monotonic()
