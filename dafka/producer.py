@@ -126,6 +126,8 @@ class Producer:
         self._cond = threading.Condition(self._lock)
         self._callbacks: deque[tuple[int, Callable[[RecordMetadata | None, Exception | None], None]]] = deque()
         self._closed = False
+        # Called from the loop thread, without the lock, whenever ACKs release records (dafka.aio).
+        self._release_listener: Callable[[], None] | None = None
         self._stopping = threading.Event()
         self._ctx = ctx or zmq.Context.instance()
         self._pub = self._ctx.socket(zmq.XPUB)
@@ -303,11 +305,7 @@ class Producer:
                 return frame
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise BufferFull(
-                    f"{state.unacked} records ({state.buffered_bytes} bytes) await acks from "
-                    f"{self.min_acks} store(s); waited {timeout:.3g}s for room (producer/max_unacked="
-                    f"{state.max_unacked}, producer/max_unacked_bytes={state.max_unacked_bytes})"
-                )
+                raise self._buffer_full(timeout)
             if self._closed:
                 raise Closed("producer is closed")
             self._cond.wait(remaining)
@@ -320,11 +318,20 @@ class Producer:
                     raise Closed("producer closed before the record was acked")
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    unacked = self._state.next_seq - 1 - self._state.released
-                    raise FlushTimeout(
-                        f"{unacked} record(s) not acked by {self.min_acks} store(s) after {timeout:.3g}s", unacked
-                    )
+                    raise self._flush_timeout(timeout)
                 self._cond.wait(remaining)
+
+    def _buffer_full(self, waited: float) -> BufferFull:
+        state = self._state
+        return BufferFull(
+            f"{state.unacked} records ({state.buffered_bytes} bytes) await acks from "
+            f"{self.min_acks} store(s); waited {waited:.3g}s for room (producer/max_unacked="
+            f"{state.max_unacked}, producer/max_unacked_bytes={state.max_unacked_bytes})"
+        )
+
+    def _flush_timeout(self, waited: float) -> FlushTimeout:
+        unacked = self._state.next_seq - 1 - self._state.released
+        return FlushTimeout(f"{unacked} record(s) not acked by {self.min_acks} store(s) after {waited:.3g}s", unacked)
 
     # -- the loop thread ----------------------------------------------------
 
@@ -462,6 +469,8 @@ class Producer:
                 self._cond.notify_all()
                 callbacks = self._due_callbacks()
         if released:
+            if self._release_listener is not None:
+                self._release_listener()
             for seq, callback in callbacks:
                 try:
                     callback(RecordMetadata(self.topic, self.address, seq), None)
