@@ -32,6 +32,15 @@ class RecordMetadata:
     offset: int
 
 
+class TopicPartition(NamedTuple):
+    """A partition of a topic: the keys of :meth:`dafka.aio.AsyncConsumer.getmany`
+    (aiokafka's name).  Equal to, and hashed as, the plain ``(topic, partition)``
+    tuple that :meth:`dafka.Consumer.positions` uses."""
+
+    topic: str
+    partition: str
+
+
 make_record = partial(tuple.__new__, Record)
 """``make_record((topic, partition, offset, value))``: a :class:`Record` from a
 4-tuple, without the Python ``__new__`` a named tuple's class call runs."""

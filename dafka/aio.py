@@ -1,0 +1,475 @@
+"""The producer and consumer for asyncio applications, in aiokafka's shape.
+
+    async with AsyncProducer("weather", config) as producer:
+        metadata = await producer.send_and_wait(b"sunny")  # once producer/min_acks stores acked
+        future = await producer.send(b"rain")              # an asyncio.Future of RecordMetadata
+        await producer.flush()
+
+    async with AsyncConsumer("weather", config=config, offsets_path="w.offsets") as consumer:
+        async for record in consumer: ...
+        record = await consumer.getone()
+        batches = await consumer.getmany(timeout_ms=1000, max_records=500)
+
+Both wrap the synchronous peers and keep their design, because it measured
+best (bench/run.py, README):
+
+* :class:`AsyncConsumer` does the protocol work in the event loop's thread, as
+  :class:`dafka.Consumer` does it in the caller's: the same sockets, reactor,
+  sans-I/O state and offsets journal.  While a read waits, the event loop
+  watches the sockets' file descriptors (``add_reader``) and the reactor's
+  next timer; no thread, no hop per record, no polling.
+* :class:`AsyncProducer` publishes in the event loop's thread, like
+  :meth:`dafka.Producer.send`; the producer's own thread handles ACKs and
+  FETCHes and, when ACKs release records, schedules one callback on the event
+  loop that resolves every released record's future at once.  A full buffer
+  is awaited, never slept on.
+
+Neither object is thread-safe: use each from its event loop's thread.
+Cancelling any of their awaits leaves the object usable and loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import Any, Callable, Iterable
+
+import zmq
+
+from .consumer import Consumer
+from .errors import BufferFull, Closed, FlushTimeout
+from .peer import ConfigLike
+from .producer import Producer
+from .records import Record, RecordMetadata, TopicPartition
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AsyncConsumer", "AsyncProducer", "TopicPartition"]
+
+
+class _Wakeup:
+    """Tasks waiting for "something may have changed", each on a future of its
+    own, so that cancelling one waiter never disturbs another."""
+
+    __slots__ = ("_futures",)
+
+    def __init__(self) -> None:
+        self._futures: set[asyncio.Future[None]] = set()
+
+    async def wait(self, timeout: float | None) -> None:
+        """Until :meth:`notify`, or ``timeout`` seconds (None: no limit)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._futures.add(future)
+        timer = None if timeout is None else loop.call_later(max(timeout, 0.0), _set_done, future)
+        try:
+            await future
+        finally:
+            self._futures.discard(future)
+            if timer is not None:
+                timer.cancel()
+
+    def notify(self) -> None:
+        futures = self._futures
+        if futures:
+            for future in futures:
+                _set_done(future)
+            futures.clear()
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _bind(bound: asyncio.AbstractEventLoop | None, what: str) -> asyncio.AbstractEventLoop:
+    """The running loop, which must be the one ``what`` is already bound to, if any."""
+    loop = asyncio.get_running_loop()
+    if bound is not None and bound is not loop:
+        raise RuntimeError(f"this {what} is bound to another event loop")
+    return loop
+
+
+class AsyncConsumer:
+    """Read records of one or more topics from asyncio, in order per partition,
+    once each: :class:`dafka.Consumer`'s guarantees, arguments and errors.
+
+    ``async for record in consumer`` (ends when the consumer is closed),
+    :meth:`getone`, :meth:`getmany`.  With ``offsets_path``, what a read
+    returned counts as consumed when the next read starts (or at close), as
+    with the sync consumer.
+
+    Unlike aiokafka: the consumer is built (sockets bound, discovery started)
+    in the constructor, so a bad config raises there, and reads start it
+    implicitly; :meth:`getone`/:meth:`getmany` take no partitions to filter on;
+    partitions are producers' addresses."""
+
+    def __init__(
+        self,
+        *topics: str,
+        config: ConfigLike = None,
+        address: str | None = None,
+        value_deserializer: Callable[[bytes], Any] | None = None,
+        offsets_path: str | None = None,
+        ctx: zmq.Context | None = None,
+    ) -> None:
+        self._consumer = Consumer(*topics, config=config, address=address, value_deserializer=value_deserializer,
+                                  offsets_path=offsets_path, ctx=ctx)
+        # Records go straight off the ready queue when nothing is to be done per record.
+        self._plain = value_deserializer is None and offsets_path is None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._fds: list[int] = []
+        self._wakeup = _Wakeup()
+
+    # -- life cycle -----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Attach to the running event loop (reads do it too)."""
+        self._attach()
+
+    def _attach(self) -> None:
+        if self._fds:
+            _bind(self._loop, "consumer")
+            return
+        consumer = self._consumer
+        if consumer._closed:
+            raise Closed("consumer is closed")
+        loop = self._loop = _bind(self._loop, "consumer")
+        for sock in consumer._loop.sockets():
+            fd = sock.getsockopt(zmq.FD)
+            loop.add_reader(fd, self._on_readable, sock)
+            self._fds.append(fd)
+
+    def _on_readable(self, sock: zmq.Socket) -> None:
+        # A ZeroMQ socket's FD only signals that its state may have changed:
+        # reading EVENTS takes that signal (the FD stays readable until then)
+        # and the waiting reads drain the sockets until nothing is left.
+        sock.getsockopt(zmq.EVENTS)
+        self._wakeup.notify()
+
+    async def stop(self) -> None:
+        """Close at once, as :meth:`dafka.Consumer.close` does; a read waiting
+        meanwhile raises :class:`Closed` (``async for`` ends)."""
+        consumer = self._consumer
+        if consumer._closed:
+            return
+        if self._loop is not None and not self._loop.is_closed():
+            for fd in self._fds:
+                self._loop.remove_reader(fd)
+        self._fds.clear()
+        consumer.close()
+        self._wakeup.notify()
+
+    close = stop  # the sync API's name
+
+    async def __aenter__(self) -> "AsyncConsumer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- reading --------------------------------------------------------------
+
+    async def getone(self) -> Record:
+        """The next record, waiting as long as it takes."""
+        ready = await self._wait_ready(None)
+        return self._consumer._take(ready, 1)[0]
+
+    async def getmany(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, list[Record]]:
+        """The records ready now, up to ``max_records`` (None: all), waiting up
+        to ``timeout_ms`` for the first; ``{}`` after the timeout.  Keyed by
+        :class:`TopicPartition` (equal to the tuple ``(topic, partition)``),
+        each list in offset order, as aiokafka's."""
+        if max_records is not None and max_records < 1:
+            raise ValueError(f"max_records must be at least 1, got {max_records}")
+        ready = await self._wait_ready(max(timeout_ms, 0) / 1000.0)
+        if not ready:
+            return {}
+        batches: dict[tuple[str, str], list[Record]] = {}
+        for record in self._consumer._take(ready, max_records or len(ready)):
+            key = (record.topic, record.partition)
+            batch = batches.get(key)
+            if batch is None:
+                batches[key] = [record]
+            else:
+                batch.append(record)
+        return {TopicPartition(*key): batch for key, batch in batches.items()}
+
+    def __aiter__(self) -> "AsyncConsumer":
+        return self
+
+    async def __anext__(self) -> Record:
+        consumer = self._consumer
+        ready = consumer._state.ready
+        if ready and self._plain and not consumer._closed:
+            return ready.popleft()
+        try:
+            ready = await self._wait_ready(None)
+        except Closed:
+            raise StopAsyncIteration from None
+        return consumer._take(ready, 1)[0]
+
+    async def _wait_ready(self, timeout: float | None) -> deque[Record]:
+        """Commit what the previous read returned, then serve the consumer's
+        sockets and timers until records are ready or ``timeout`` seconds
+        pass; returns the ready queue (empty after the timeout).
+
+        Records leave the queue only after this returns, with no await in
+        between, so a cancelled read has taken nothing."""
+        self._attach()
+        consumer = self._consumer
+        ready = consumer._resume()
+        if ready:
+            return ready
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            served = consumer._serve(0)
+            ready = consumer._state.ready
+            if ready:
+                return ready
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return ready
+            if served:
+                await asyncio.sleep(0)  # a burst that made no record ready: let other tasks run, then read on
+            else:
+                wait = None if deadline is None else deadline - now
+                timer = consumer._loop.next_deadline()
+                if timer is not None:
+                    wait = timer - now if wait is None else min(wait, timer - now)
+                await self._wakeup.wait(wait)
+            if consumer._closed:
+                raise Closed("consumer is closed")
+
+    # -- the rest of the sync API ----------------------------------------------
+
+    @property
+    def address(self) -> str:
+        return self._consumer.address
+
+    @property
+    def connected(self) -> bool:
+        """True once a tower has answered."""
+        return self._consumer.connected
+
+    def subscribe(self, *topics: str | Iterable[str]) -> None:
+        self._consumer.subscribe(*topics)
+
+    def subscription(self) -> list[str]:
+        return self._consumer.subscription()
+
+    def seek(self, partition: str, offset: int, topic: str | None = None) -> None:
+        self._consumer.seek(partition, offset, topic)
+
+    def position(self, partition: str, topic: str | None = None) -> int | None:
+        return self._consumer.position(partition, topic)
+
+    def positions(self) -> dict[tuple[str, str], int]:
+        return self._consumer.positions()
+
+    def stats(self) -> dict[str, int]:
+        return self._consumer.stats()
+
+
+class AsyncProducer:
+    """Publish records to ``topic`` as one partition, from asyncio:
+    :class:`dafka.Producer`'s guarantees, arguments and errors.
+
+    :meth:`send` returns (once the record is published) an asyncio Future
+    that resolves to its :class:`RecordMetadata` when ``producer/min_acks``
+    stores have ACKed it; :meth:`send_and_wait` waits for that too.  A full
+    buffer of unacked records makes :meth:`send` wait, in order of the calls,
+    up to ``producer/send_timeout`` and then raise :class:`BufferFull`.
+
+    Unlike aiokafka: records have no key or partition argument (a producer is
+    one partition); the producer starts in the constructor."""
+
+    def __init__(
+        self,
+        topic: str,
+        config: ConfigLike = None,
+        *,
+        address: str | None = None,
+        value_serializer: Callable[[Any], bytes] | None = None,
+        ctx: zmq.Context | None = None,
+    ) -> None:
+        # The serializer runs here, once per record, even when send waits for room and tries again.
+        self._producer = Producer(topic, config, address=address, ctx=ctx)
+        self.value_serializer = value_serializer
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: deque[tuple[int, asyncio.Future[RecordMetadata]]] = deque()
+        self._resolve_scheduled = False
+        self._wakeup = _Wakeup()
+        self._room = asyncio.Lock()  # sends waiting for room take turns
+        self._waiting_for_room = 0
+
+    @property
+    def topic(self) -> str:
+        return self._producer.topic
+
+    @property
+    def address(self) -> str:
+        """The producer's address: the partition its records land in."""
+        return self._producer.address
+
+    @property
+    def connected(self) -> bool:
+        """True once a tower has answered."""
+        return self._producer.connected
+
+    def stats(self) -> dict[str, int]:
+        return self._producer.stats()
+
+    # -- life cycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Attach to the running event loop (sends do it too)."""
+        self._attach()
+
+    def _attach(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is not None and self._producer._release_listener is not None:
+            return _bind(loop, "producer")
+        loop = self._loop = _bind(loop, "producer")
+        self._producer._release_listener = self._on_release
+        return loop
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Wait for the acks (unless ``producer/terminate_unacked``), then stop,
+        as :meth:`dafka.Producer.close` does: after ``timeout`` seconds (default
+        ``producer/close_timeout``) it stops anyway and raises
+        :class:`FlushTimeout` with the number of unacked records, whose
+        futures fail with :class:`Closed`.  Cancelled while it waits, the
+        producer stays open."""
+        producer = self._producer
+        if producer._closed:
+            return
+        config = producer.config
+        if not config["producer/terminate_unacked"]:
+            try:
+                await self.flush(config["producer/close_timeout"] / 1000.0 if timeout is None else timeout)
+            except FlushTimeout:
+                pass  # the sync close below says how many are left
+        try:
+            producer.close(timeout=0)
+        finally:
+            producer._release_listener = None
+            self._resolve()
+            self._fail_pending()
+            self._wakeup.notify()
+
+    close = stop  # the sync API's name
+
+    async def __aenter__(self) -> "AsyncProducer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- sending ----------------------------------------------------------------
+
+    async def send(self, value: Any) -> asyncio.Future[RecordMetadata]:
+        """Publish one record; returns an asyncio Future of its
+        :class:`RecordMetadata`, resolved once ``producer/min_acks`` stores
+        have ACKed it (at once with 0).  Raises :class:`RecordTooLarge`,
+        :class:`BufferFull` and :class:`Closed` as the sync ``send`` does.
+        Cancelled while it waits for room, it has sent nothing.  Cancelling
+        the returned future only stops waiting: the record stays sent."""
+        loop = self._attach()
+        if self.value_serializer is not None:
+            value = self.value_serializer(value)
+        producer = self._producer
+        if self._waiting_for_room:
+            offset = await self._send_when_room(value)
+        else:
+            try:
+                offset = producer.send(value, timeout=0).offset
+            except BufferFull:
+                offset = await self._send_when_room(value)
+        future = loop.create_future()
+        if offset <= producer._state.released:
+            future.set_result(RecordMetadata(producer.topic, producer.address, offset))
+        else:
+            self._pending.append((offset, future))
+        return future
+
+    async def send_and_wait(self, value: Any) -> RecordMetadata:
+        """Publish one record and wait until ``producer/min_acks`` stores have ACKed it."""
+        return await (await self.send(value))
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every record sent so far is acked by ``producer/min_acks``
+        stores; :class:`FlushTimeout` after ``timeout`` seconds (None: no limit)."""
+        self._attach()
+        producer = self._producer
+        state = producer._state
+        target = state.next_seq - 1
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while state.released < target:
+            if producer._closed:
+                raise Closed("producer closed before the records were acked")
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise producer._flush_timeout(timeout)
+            await self._wakeup.wait(remaining)
+        self._resolve()  # every future of a record sent before the flush is done when it returns
+
+    async def _send_when_room(self, value: bytes) -> int:
+        """Wait for room (behind the sends already waiting), then publish;
+        returns the record's offset.  :class:`BufferFull` after ``producer/send_timeout``."""
+        producer = self._producer
+        timeout = producer.send_timeout
+        deadline = time.monotonic() + timeout
+        self._waiting_for_room += 1
+        try:
+            async with self._room:
+                while True:
+                    try:
+                        return producer.send(value, timeout=0).offset
+                    except BufferFull:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            raise producer._buffer_full(timeout) from None
+                    await self._wakeup.wait(remaining)
+        finally:
+            self._waiting_for_room -= 1
+
+    # -- acks ---------------------------------------------------------------------
+
+    def _on_release(self) -> None:
+        """From the producer's thread: ACKs released records.  One callback is
+        scheduled for any number of releases until it runs."""
+        if self._resolve_scheduled:
+            return
+        self._resolve_scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self._resolve)
+        except RuntimeError:
+            pass  # the event loop is closed: nobody is left to wake
+
+    def _resolve(self) -> None:
+        """Resolve the futures of every released record and wake the waiters."""
+        self._resolve_scheduled = False  # before reading ``released``: a later release schedules again
+        producer = self._producer
+        released = producer._state.released
+        pending = self._pending
+        while pending and pending[0][0] <= released:
+            offset, future = pending.popleft()
+            if not future.done():  # the caller may have cancelled it
+                future.set_result(RecordMetadata(producer.topic, producer.address, offset))
+        self._wakeup.notify()
+
+    def _fail_pending(self) -> None:
+        """After close: the futures of records left unacked fail with :class:`Closed`."""
+        pending = self._pending
+        while pending:
+            offset, future = pending.popleft()
+            if not future.done():
+                future.set_exception(Closed(f"producer closed before record {offset} was acked"))
+                # close() has already reported them (FlushTimeout); spare asyncio's
+                # "exception was never retrieved" log for each future nobody awaits.
+                future.exception()
