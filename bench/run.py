@@ -184,6 +184,9 @@ def _close_quietly(producer) -> None:
 
 
 def role_consumer(a: argparse.Namespace) -> None:
+    if a.api == "async":
+        role_consumer_async(a)
+        return
     from dafka import Consumer
 
     created = time.monotonic()
@@ -218,15 +221,51 @@ def role_consumer(a: argparse.Namespace) -> None:
             if stamp:
                 now = time.monotonic_ns()
                 latencies.extend(now - int.from_bytes(r.value[:8], "big") for r in batch if r.offset % STAMP_EVERY == 0)
-    elapsed = time.perf_counter() - started
-    result = {"received": count, "seconds": elapsed, "first_record_ms": (first_at - created) * 1000,
-              "started": started, "finished": started + elapsed}
+    emit_consumer_result(count, started, time.perf_counter(), first_at - created, latencies, cpu)
+    consumer.close()
+
+
+def role_consumer_async(a: argparse.Namespace) -> None:
+    """The consumer role read with ``async for`` over :class:`dafka.aio.AsyncConsumer`."""
+    import asyncio
+
+    from dafka.aio import AsyncConsumer
+
+    async def run() -> None:
+        created = time.monotonic()
+        settings = config(a.sub, a.pub, **{"consumer/offset/reset": a.reset, "consumer/bulk": a.bulk})
+        async with AsyncConsumer(a.topic, config=settings) as consumer:
+            try:
+                await asyncio.wait_for(consumer.getone(), 60)
+            except TimeoutError:
+                emit({"received": 0})
+                return
+            first_at = time.monotonic()
+            latencies = []
+            count = 1
+            cpu = cpu_seconds()
+            started = time.perf_counter()
+            stamp, records = a.stamp, a.records
+            async for record in consumer:
+                count += 1
+                if stamp and record.offset % STAMP_EVERY == 0:
+                    latencies.append(time.monotonic_ns() - int.from_bytes(record.value[:8], "big"))
+                if count >= records:
+                    break
+            emit_consumer_result(count, started, time.perf_counter(), first_at - created, latencies, cpu)
+
+    asyncio.run(run())
+
+
+def emit_consumer_result(count: int, started: float, finished: float, first_record: float, latencies: list,
+                         cpu: float) -> None:
+    result = {"received": count, "seconds": finished - started, "first_record_ms": first_record * 1000,
+              "started": started, "finished": finished}
     if latencies:
         latencies.sort()
         result["p50_ms"] = latencies[len(latencies) // 2] / 1e6
         result["p99_ms"] = latencies[int(len(latencies) * 0.99)] / 1e6
     emit(result, cpu, count - 1)
-    consumer.close()
 
 
 def role_refconsumer(a: argparse.Namespace) -> None:
@@ -418,6 +457,11 @@ def scenario_store(records: int, size: int, with_consumer: bool) -> dict:
         out["catchup_received"] = r["received"]
         out["cpu_us"]["catchup consumer"] = r.get("cpu_us")
         out["first_record_from_store_ms"] = r.get("first_record_ms")
+        # the same with async for: bound by the consumer, this compares the two APIs best
+        r = result_of(c.spawn("consumer", "--records", str(records), "--size", str(size), "--reset", "earliest",
+                              "--api", "async"))
+        out["catchup_async_rate"] = r["received"] / r["seconds"] if r["received"] else 0.0
+        out["catchup_async_cpu_us"] = r.get("cpu_us")
         store.stdin.write("stop\n")
         store.stdin.flush()
         s = result_of(store)
@@ -676,8 +720,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reset", default="earliest")
     ap.add_argument("--topic", default=TOPIC)
     ap.add_argument("--bulk", type=int, choices=(0, 1), default=1, help="consumer/bulk of the consumer role")
-    ap.add_argument("--api", choices=("consume", "poll"), default="consume",
-                    help="how the consumer role reads: consume() batches or poll() per record")
+    ap.add_argument("--api", choices=("consume", "poll", "async"), default="consume",
+                    help="how the consumer role reads: consume() batches, poll() per record, or async for")
     ap.add_argument("--min-acks", type=int, default=0)
     ap.add_argument("--rate", type=int, default=0)
     ap.add_argument("--stamp", action="store_true")
@@ -700,6 +744,7 @@ def main(argv: list[str] | None = None) -> int:
         run: dict = {}
         run["ceiling"] = ceiling(a.records, size)
         run["direct"] = scenario_direct(a.records, size)
+        run["direct_async"] = scenario_direct(a.records, size, api="async")  # next to consume(): less drift
         run["direct_poll"] = scenario_direct(a.records, size, api="poll")
         run["paced"] = scenario_paced_latency(min(a.records, 20_000), size, 10_000)
         if "store" not in skip and store_available():
@@ -785,6 +830,14 @@ def fmt_cpu(cpu: dict) -> str:
     return "CPU us/record: " + ", ".join(shown) if shown else ""
 
 
+def vs_consume(rate: float, consume_rate: float, cpu: float | None, consume_cpu: float | None) -> str:
+    """async for against consume() in the same run: rate and the consumer's CPU per record."""
+    note = f"{rate / consume_rate:.2f}x consume()" if consume_rate else ""
+    if cpu and consume_cpu:
+        note += f"; consumer CPU {cpu:.2f} us/record, {cpu / consume_cpu:.2f}x consume()'s"
+    return note
+
+
 def print_table(size: int, run: dict) -> None:
     ceiling_rate = run["ceiling"]["rate"]
     rows = [("raw pyzmq PUB/SUB ceiling", fmt_rate(ceiling_rate, ceiling_rate), fmt_cpu(run["ceiling"]["cpu_us"]))]
@@ -794,6 +847,9 @@ def print_table(size: int, run: dict) -> None:
     rows.append(("  producer send()", fmt_rate(d["send_rate"], ceiling_rate), fmt_cpu(d["cpu_us"])))
     dp = run["direct_poll"]
     rows.append(("  ... read with poll() per record", fmt_rate(dp["rate"], ceiling_rate), fmt_cpu(dp["cpu_us"])))
+    da = run["direct_async"]
+    rows.append(("  ... read with dafka.aio async for", fmt_rate(da["rate"], ceiling_rate),
+                 vs_consume(da["rate"], d["rate"], da["cpu_us"]["consumer"], d["cpu_us"]["consumer"])))
     p = run["paced"]
     if p.get("p50_ms") is not None:
         rows.append(("latency at 10,000 rec/s", "", f"p50 {p['p50_ms']:.2f} ms, p99 {p['p99_ms']:.2f} ms"))
@@ -805,6 +861,9 @@ def print_table(size: int, run: dict) -> None:
                      fmt_cpu(sc["cpu_us"])))
         rows.append(("consumer catch-up from store", fmt_rate(s["catchup_rate"], ceiling_rate),
                      f"{s['catchup_received']:,} records"))
+        rows.append(("  ... read with dafka.aio async for", fmt_rate(s["catchup_async_rate"], ceiling_rate),
+                     vs_consume(s["catchup_async_rate"], s["catchup_rate"], s["catchup_async_cpu_us"],
+                                s["cpu_us"]["catchup consumer"])))
         if s.get("first_record_from_store_ms") is not None:
             rows.append(("start to first record (store only)", "", f"{s['first_record_from_store_ms']:.1f} ms"))
         rows.append(("peak RSS (MiB)", "", ", ".join(f"{k} {v:.0f}" for k, v in s["rss_mib"].items())))

@@ -27,9 +27,10 @@ def test_benchmark_runs_and_reports_every_scenario(tmp_path):
     results = json.loads(out.read_text())
     run = results["runs"]["100"]
     assert run["ceiling"]["rate"] > 0
-    assert run["direct"]["received"] == run["direct_poll"]["received"] == 2000
+    assert run["direct"]["received"] == run["direct_poll"]["received"] == run["direct_async"]["received"] == 2000
     bulk = results["bulk"]["100"]
     assert run["store"]["catchup_received"] == bulk["catchup_bulk"]["received"] == 2000
+    assert run["store"]["catchup_async_rate"] > 0
     assert bulk["catchup_rfc46"]["received"] == bulk["catchup_reference"]["received"] == 2000
     assert bulk["catchup_reference"]["complete"] and bulk["catchup_reference"]["foreign"] == 0
     assert all(rate > 0 for rate in bulk["four_readers"]["rates"] + bulk["live"]["catchup_rates"])
