@@ -2,7 +2,7 @@
 
     async with AsyncProducer("weather", config) as producer:
         metadata = await producer.send_and_wait(b"sunny")  # once producer/min_acks stores acked
-        future = await producer.send(b"rain")              # an asyncio.Future of RecordMetadata
+        future = await producer.send(b"rain")              # a SendFuture of RecordMetadata
         await producer.flush()
 
     async with AsyncConsumer("weather", config=config, offsets_path="w.offsets") as consumer:
@@ -21,8 +21,8 @@ best (bench/run.py, README):
 * :class:`AsyncProducer` publishes in the event loop's thread, like
   :meth:`dafka.Producer.send`; the producer's own thread handles ACKs and
   FETCHes and, when ACKs release records, schedules one callback on the event
-  loop that resolves every released record's future at once.  A full buffer
-  is awaited, never slept on.
+  loop that resolves every awaited future of a released record at once.  A
+  full buffer is awaited, never slept on.
 
 Neither object is thread-safe: use each from its event loop's thread.
 Cancelling any of their awaits leaves the object usable and loses nothing.
@@ -31,6 +31,7 @@ Cancelling any of their awaits leaves the object usable and loses nothing.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import time
 from collections import deque
@@ -46,7 +47,7 @@ from .records import Record, RecordMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AsyncConsumer", "AsyncProducer", "TopicPartition"]
+__all__ = ["AsyncConsumer", "AsyncProducer", "SendFuture", "TopicPartition"]
 
 
 class _Wakeup:
@@ -274,18 +275,130 @@ class AsyncConsumer:
         return self._consumer.stats()
 
 
+class SendFuture:
+    """What :meth:`AsyncProducer.send` returns: a future of the record's
+    :class:`RecordMetadata`, done once ``producer/min_acks`` stores have ACKed
+    the record; after the producer closed without those ACKs it fails with
+    :class:`Closed`.
+
+    ``await`` it, or use ``done()``, ``result()``, ``exception()``,
+    ``cancelled()``, ``cancel()``, ``add_done_callback(fn)`` (``fn`` gets the
+    asyncio Future behind it) and ``remove_done_callback(fn)``.  It passes
+    ``asyncio.isfuture``, so ``gather``, ``wait``, ``wait_for`` and ``shield``
+    take it as they take a Future, without wrapping it in a Task.  The
+    asyncio Future behind it is only created when one of those needs it: a
+    Future per record, resolved from the producer's thread, costs more than
+    the send itself (README, "asyncio"), so a record whose future nobody
+    looks at costs one small object, as the sync :class:`dafka.SendHandle`
+    does.  Cancelling it only stops the waiting: the record stays sent."""
+
+    __slots__ = ("_producer", "offset", "_future")
+    _asyncio_future_blocking = False  # asyncio.isfuture(): used as a Future, never wrapped in a Task
+
+    def __init__(self, producer: "AsyncProducer", offset: int) -> None:
+        self._producer = producer
+        self.offset = offset
+        self._future: asyncio.Future[RecordMetadata] | None = None
+
+    @property
+    def partition(self) -> str:
+        return self._producer.address
+
+    def future(self) -> asyncio.Future[RecordMetadata]:
+        """The asyncio Future behind it (created now if needed)."""
+        future = self._future
+        if future is None:
+            future = self._future = self._producer._future_of(self.offset)
+        return future
+
+    def __await__(self):
+        return self.future().__await__()
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._producer._loop
+
+    def done(self) -> bool:
+        if self._future is not None:
+            return self._future.done()
+        return self._producer._outcome(self.offset) is not None
+
+    def cancelled(self) -> bool:
+        return self._future is not None and self._future.cancelled()
+
+    def cancel(self, msg: Any = None) -> bool:
+        return self.future().cancel(msg)
+
+    def result(self) -> RecordMetadata:
+        if self._future is not None:
+            return self._future.result()
+        outcome = self._producer._outcome(self.offset)
+        if outcome is None:
+            raise asyncio.InvalidStateError("the record is not acked yet")
+        if isinstance(outcome, Closed):
+            raise outcome
+        return outcome
+
+    def exception(self) -> BaseException | None:
+        if self._future is not None:
+            return self._future.exception()
+        outcome = self._producer._outcome(self.offset)
+        if outcome is None:
+            raise asyncio.InvalidStateError("the record is not acked yet")
+        return outcome if isinstance(outcome, Closed) else None
+
+    def add_done_callback(self, fn: Callable[[asyncio.Future[RecordMetadata]], object], *,
+                          context: Any = None) -> None:
+        self.future().add_done_callback(fn, context=context)
+
+    def remove_done_callback(self, fn: Callable[[asyncio.Future[RecordMetadata]], object]) -> int:
+        return 0 if self._future is None else self._future.remove_done_callback(fn)
+
+    # What asyncio.gather reads of a cancelled child, besides the public methods.
+    @property
+    def _cancel_message(self) -> Any:
+        return self.future()._cancel_message  # type: ignore[attr-defined]
+
+    def _make_cancelled_error(self) -> asyncio.CancelledError:
+        return self.future()._make_cancelled_error()  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return f"<SendFuture {self._producer.topic}/{self.partition}@{self.offset} done={self.done()}>"
+
+
+def _send_future_factory() -> Callable[["AsyncProducer", int], SendFuture]:
+    """``new_send_future(producer, offset)``: a :class:`SendFuture` without the
+    cost of calling ``__init__`` (send's hot path), as the sync SendHandle's."""
+    new = object.__new__
+    set_producer = SendFuture._producer.__set__  # type: ignore[attr-defined]
+    set_offset = SendFuture.offset.__set__  # type: ignore[attr-defined]
+    set_future = SendFuture._future.__set__  # type: ignore[attr-defined]
+
+    def new_send_future(producer: "AsyncProducer", offset: int) -> SendFuture:
+        future = new(SendFuture)
+        set_producer(future, producer)
+        set_offset(future, offset)
+        set_future(future, None)
+        return future
+
+    return new_send_future
+
+
+_new_send_future = _send_future_factory()
+
+
 class AsyncProducer:
     """Publish records to ``topic`` as one partition, from asyncio:
     :class:`dafka.Producer`'s guarantees, arguments and errors.
 
-    :meth:`send` returns (once the record is published) an asyncio Future
-    that resolves to its :class:`RecordMetadata` when ``producer/min_acks``
-    stores have ACKed it; :meth:`send_and_wait` waits for that too.  A full
-    buffer of unacked records makes :meth:`send` wait, in order of the calls,
-    up to ``producer/send_timeout`` and then raise :class:`BufferFull`.
+    :meth:`send` returns (once the record is published) a :class:`SendFuture`
+    of its :class:`RecordMetadata`, done when ``producer/min_acks`` stores
+    have ACKed it; :meth:`send_and_wait` waits for that too.  A full buffer
+    of unacked records makes :meth:`send` wait, in order of the calls, up to
+    ``producer/send_timeout`` and then raise :class:`BufferFull`.
 
     Unlike aiokafka: records have no key or partition argument (a producer is
-    one partition); the producer starts in the constructor."""
+    one partition); the producer starts in the constructor; the future is
+    created lazily (:class:`SendFuture`)."""
 
     def __init__(
         self,
@@ -300,7 +413,8 @@ class AsyncProducer:
         self._producer = Producer(topic, config, address=address, ctx=ctx)
         self.value_serializer = value_serializer
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: deque[tuple[int, asyncio.Future[RecordMetadata]]] = deque()
+        # The asyncio Futures of unacked records that someone asked for, by offset (a heap).
+        self._pending: list[tuple[int, asyncio.Future[RecordMetadata]]] = []
         self._resolve_scheduled = False
         self._wakeup = _Wakeup()
         self._room = asyncio.Lock()  # sends waiting for room take turns
@@ -329,13 +443,14 @@ class AsyncProducer:
         """Attach to the running event loop (sends do it too)."""
         self._attach()
 
-    def _attach(self) -> asyncio.AbstractEventLoop:
-        loop = self._loop
-        if loop is not None and self._producer._release_listener is not None:
-            return _bind(loop, "producer")
-        loop = self._loop = _bind(loop, "producer")
+    def _attach(self) -> None:
+        if self._producer._release_listener is not None:
+            _bind(self._loop, "producer")
+            return
+        if self._producer._closed:
+            raise Closed("producer is closed")
+        self._loop = _bind(self._loop, "producer")
         self._producer._release_listener = self._on_release
-        return loop
 
     async def stop(self, timeout: float | None = None) -> None:
         """Wait for the acks (unless ``producer/terminate_unacked``), then stop,
@@ -358,7 +473,6 @@ class AsyncProducer:
         finally:
             producer._release_listener = None
             self._resolve()
-            self._fail_pending()
             self._wakeup.notify()
 
     close = stop  # the sync API's name
@@ -372,30 +486,22 @@ class AsyncProducer:
 
     # -- sending ----------------------------------------------------------------
 
-    async def send(self, value: Any) -> asyncio.Future[RecordMetadata]:
-        """Publish one record; returns an asyncio Future of its
-        :class:`RecordMetadata`, resolved once ``producer/min_acks`` stores
-        have ACKed it (at once with 0).  Raises :class:`RecordTooLarge`,
-        :class:`BufferFull` and :class:`Closed` as the sync ``send`` does.
-        Cancelled while it waits for room, it has sent nothing.  Cancelling
-        the returned future only stops waiting: the record stays sent."""
-        loop = self._attach()
+    async def send(self, value: Any) -> SendFuture:
+        """Publish one record; returns its :class:`SendFuture`, done once
+        ``producer/min_acks`` stores have ACKed it (at once with 0).  Raises
+        :class:`RecordTooLarge`, :class:`BufferFull` and :class:`Closed` as
+        the sync ``send`` does.  Cancelled while it waits for room, it has
+        sent nothing."""
+        if self._producer._release_listener is None:
+            self._attach()
         if self.value_serializer is not None:
             value = self.value_serializer(value)
-        producer = self._producer
         if self._waiting_for_room:
-            offset = await self._send_when_room(value)
-        else:
-            try:
-                offset = producer.send(value, timeout=0).offset
-            except BufferFull:
-                offset = await self._send_when_room(value)
-        future = loop.create_future()
-        if offset <= producer._state.released:
-            future.set_result(RecordMetadata(producer.topic, producer.address, offset))
-        else:
-            self._pending.append((offset, future))
-        return future
+            return _new_send_future(self, await self._send_when_room(value))
+        try:
+            return _new_send_future(self, self._producer.send(value, timeout=0).offset)
+        except BufferFull:
+            return _new_send_future(self, await self._send_when_room(value))
 
     async def send_and_wait(self, value: Any) -> RecordMetadata:
         """Publish one record and wait until ``producer/min_acks`` stores have ACKed it."""
@@ -440,6 +546,31 @@ class AsyncProducer:
 
     # -- acks ---------------------------------------------------------------------
 
+    def _outcome(self, offset: int) -> RecordMetadata | Closed | None:
+        """What the record at ``offset`` came to: its metadata once acked,
+        :class:`Closed` if the producer closed first, None while it waits."""
+        producer = self._producer
+        if offset <= producer._state.released:
+            return RecordMetadata(producer.topic, producer.address, offset)
+        if producer._closed:
+            return Closed(f"producer closed before record {offset} was acked")
+        return None
+
+    def _future_of(self, offset: int) -> asyncio.Future[RecordMetadata]:
+        """A new asyncio Future for the record at ``offset``, resolved now if
+        its outcome is known, else by :meth:`_resolve` or at close."""
+        loop = self._loop
+        assert loop is not None  # a SendFuture exists only after a send attached the producer
+        future = loop.create_future()
+        outcome = self._outcome(offset)
+        if outcome is None:
+            heapq.heappush(self._pending, (offset, future))
+        elif isinstance(outcome, Closed):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+        return future
+
     def _on_release(self) -> None:
         """From the producer's thread: ACKs released records.  One callback is
         scheduled for any number of releases until it runs."""
@@ -452,24 +583,21 @@ class AsyncProducer:
             pass  # the event loop is closed: nobody is left to wake
 
     def _resolve(self) -> None:
-        """Resolve the futures of every released record and wake the waiters."""
+        """Settle the asyncio Futures whose outcome is known and wake the waiters."""
         self._resolve_scheduled = False  # before reading ``released``: a later release schedules again
-        producer = self._producer
-        released = producer._state.released
-        pending = self._pending
-        while pending and pending[0][0] <= released:
-            offset, future = pending.popleft()
-            if not future.done():  # the caller may have cancelled it
-                future.set_result(RecordMetadata(producer.topic, producer.address, offset))
-        self._wakeup.notify()
-
-    def _fail_pending(self) -> None:
-        """After close: the futures of records left unacked fail with :class:`Closed`."""
         pending = self._pending
         while pending:
-            offset, future = pending.popleft()
-            if not future.done():
-                future.set_exception(Closed(f"producer closed before record {offset} was acked"))
-                # close() has already reported them (FlushTimeout); spare asyncio's
-                # "exception was never retrieved" log for each future nobody awaits.
+            outcome = self._outcome(pending[0][0])
+            if outcome is None:
+                break
+            _, future = heapq.heappop(pending)
+            if future.done():  # the caller cancelled it
+                continue
+            if isinstance(outcome, Closed):
+                future.set_exception(outcome)
+                # close() has already reported these records (FlushTimeout): spare
+                # asyncio's "exception was never retrieved" log for each future.
                 future.exception()
+            else:
+                future.set_result(outcome)
+        self._wakeup.notify()

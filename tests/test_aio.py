@@ -12,7 +12,7 @@ import msgpack
 import pytest
 
 from dafka import BufferFull, Closed, FlushTimeout, RecordMetadata, RecordTooLarge, proto
-from dafka.aio import AsyncConsumer, AsyncProducer, TopicPartition
+from dafka.aio import AsyncConsumer, AsyncProducer, SendFuture, TopicPartition
 from dafka.store import Store
 from helpers import loopback_config
 from rawpeer import RawPeer
@@ -69,7 +69,8 @@ def test_send_getone_getmany_and_async_for_deliver_in_order_once(tower):
             metadata = await producer.send_and_wait(b"sunny")
             assert metadata == RecordMetadata("weather", producer.address, 0)
             future = await producer.send(b"rain")
-            assert isinstance(future, asyncio.Future) and (await future).offset == 1
+            assert isinstance(future, SendFuture) and (await future).offset == 1 and future.done()
+            assert future.result() == RecordMetadata("weather", producer.address, 1)
             await producer.flush()
             first = await consumer.getone()
             assert (first.offset, first.value) == (0, b"sunny")
@@ -256,6 +257,46 @@ def test_back_pressure_releases_in_order_when_a_store_acks(tower):
             fake.send(proto.AckMsg(producer.address, "bp2", 4))
             await producer.flush(timeout=5)
             assert [f.result().offset for f in more] == [2, 3, 4]
+
+    try:
+        run(main())
+    finally:
+        fake.close()
+
+
+def test_send_futures_work_awaited_or_not_in_any_order_and_with_asyncio_functions(tower):
+    """The asyncio Future behind a SendFuture is made only when needed; every
+    way of looking at it agrees, whatever the order."""
+    fake = RawPeer(tower, STORE, [])
+    config = loopback_config(tower)
+
+    async def main():
+        async with AsyncProducer("lazy", config) as producer:
+            futures = [await producer.send(b"%d" % i) for i in range(6)]
+            assert [f.offset for f in futures] == list(range(6))
+            assert not any(f.done() for f in futures)
+            with pytest.raises(asyncio.InvalidStateError):
+                futures[0].result()
+            called = []
+            futures[1].add_done_callback(lambda f: called.append(f.result().offset))
+            waiter = asyncio.ensure_future(futures[3])  # awaited before an older one
+            assert futures[5].cancel() and futures[5].cancelled()  # stops the waiting only
+            fake.wait_subscribed(b"K" + producer.address.encode())
+            fake.send(proto.AckMsg(producer.address, "lazy", 3))
+            assert (await asyncio.wait_for(waiter, 5)).offset == 3
+            assert (await futures[2]).offset == 2  # done before anyone asked
+            assert [m.offset for m in await asyncio.gather(*futures[:4])] == [0, 1, 2, 3]
+            assert called == [1] and futures[0].exception() is None
+            assert futures[0].result() == RecordMetadata("lazy", producer.address, 0)
+            done, pending = await asyncio.wait([futures[4]], timeout=0.1)
+            assert not done and not futures[4].done()
+            shielded = asyncio.shield(futures[4])
+            fake.send(proto.AckMsg(producer.address, "lazy", 5))
+            assert (await asyncio.wait_for(shielded, 5)).offset == 4
+            await producer.flush(timeout=5)
+            with pytest.raises(asyncio.CancelledError):
+                futures[5].result()
+            assert producer.stats()["acked"] == 6  # the cancelled future's record was sent and acked
 
     try:
         run(main())
