@@ -13,6 +13,7 @@ import pytest
 
 from dafka import BufferFull, Closed, FlushTimeout, RecordMetadata, RecordTooLarge, proto
 from dafka.aio import AsyncConsumer, AsyncProducer, SendFuture, TopicPartition
+from dafka.consumer_state import ConsumerState
 from dafka.store import Store
 from helpers import loopback_config
 from rawpeer import RawPeer
@@ -124,6 +125,35 @@ def test_many_producers_in_one_event_loop(tower, store):
         finally:
             for producer in producers:
                 await producer.stop()
+
+    run(main())
+
+
+def test_catch_up_from_a_store_goes_through_the_sync_intake_in_bulk(tower, store, monkeypatch):
+    """The async consumer reads through the sync consumer's intake, so the
+    store's bulk answers (DIRECT-RECORDS) reach it as they reach consume()."""
+    bulk_answers = []
+    on_records = ConsumerState._on_records
+    monkeypatch.setattr(ConsumerState, "_on_records",
+                        lambda state, p, msg: (bulk_answers.append(msg.count), on_records(state, p, msg)))
+    config = earliest(tower)
+    total = 5000
+
+    async def main():
+        async with AsyncProducer("stored", config) as producer:
+            for i in range(total):
+                await producer.send(b"%d" % i)
+            await producer.flush(timeout=10)
+        async with AsyncConsumer("stored", config=config) as consumer:
+            offsets = []
+            async for record in consumer:
+                assert record.value == b"%d" % record.offset
+                offsets.append(record.offset)
+                if len(offsets) == total:
+                    break
+            assert offsets == list(range(total))
+            assert await consumer.getmany(timeout_ms=300) == {}
+        assert sum(bulk_answers) >= total // 2  # most came in bulk
 
     run(main())
 
