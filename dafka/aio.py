@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import logging
 import time
 from collections import deque
 from typing import Any, Callable, Iterable
@@ -44,8 +43,6 @@ from .errors import BufferFull, Closed, FlushTimeout
 from .peer import ConfigLike
 from .producer import Producer
 from .records import Record, RecordMetadata, TopicPartition
-
-log = logging.getLogger(__name__)
 
 __all__ = ["AsyncConsumer", "AsyncProducer", "SendFuture", "TopicPartition"]
 
@@ -121,6 +118,7 @@ class AsyncConsumer:
         # Records go straight off the ready queue when nothing is to be done per record.
         self._plain = value_deserializer is None and offsets_path is None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._sockets: list[zmq.Socket] = []
         self._fds: list[int] = []
         self._wakeup = _Wakeup()
 
@@ -138,7 +136,8 @@ class AsyncConsumer:
         if consumer._closed:
             raise Closed("consumer is closed")
         loop = self._loop = _bind(self._loop, "consumer")
-        for sock in consumer._loop.sockets():
+        self._sockets = consumer._loop.sockets()
+        for sock in self._sockets:
             fd = sock.getsockopt(zmq.FD)
             loop.add_reader(fd, self._on_readable, sock)
             self._fds.append(fd)
@@ -150,6 +149,11 @@ class AsyncConsumer:
         sock.getsockopt(zmq.EVENTS)
         self._wakeup.notify()
 
+    def _readable(self) -> bool:
+        """Whether a socket has a message although its FD may not say so:
+        sending (the FETCHes the state asked for) also takes the signal."""
+        return any(sock.getsockopt(zmq.EVENTS) & zmq.POLLIN for sock in self._sockets)
+
     async def stop(self) -> None:
         """Close at once, as :meth:`dafka.Consumer.close` does; a read waiting
         meanwhile raises :class:`Closed` (``async for`` ends)."""
@@ -160,6 +164,7 @@ class AsyncConsumer:
             for fd in self._fds:
                 self._loop.remove_reader(fd)
         self._fds.clear()
+        self._sockets = []
         consumer.close()
         self._wakeup.notify()
 
@@ -234,7 +239,7 @@ class AsyncConsumer:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return ready
-            if served:
+            if served or self._readable():
                 await asyncio.sleep(0)  # a burst that made no record ready: let other tasks run, then read on
             else:
                 wait = None if deadline is None else deadline - now
