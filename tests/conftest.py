@@ -4,14 +4,16 @@ thread and process a test starts.  Helpers live in helpers.py."""
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 
 import pytest
 import zmq
 
+from dafka.security import generate_keys
 from dafka.towerd.tower import Tower
-from helpers import Processes, loopback_config
+from helpers import Processes, curve_settings, loopback_config
 
 logging.getLogger("dafka").setLevel(logging.DEBUG)
 
@@ -48,3 +50,27 @@ def no_leaked_threads():
 @pytest.fixture
 def ctx():
     return zmq.Context.instance()
+
+
+@pytest.fixture
+def keys(tmp_path):
+    """A cluster key, three authorized peers, and mallory, who is not authorized."""
+    authorized = tmp_path / "authorized"
+    authorized.mkdir()
+    private = tmp_path / "private"
+    _, cluster = generate_keys(str(private), "cluster")
+    paths = {"cluster": cluster, "authorized": str(authorized)}
+    for name in ("tower", "alice", "bob"):
+        public, paths[name] = generate_keys(str(private), name)
+        shutil.copy(public, authorized)
+    _, paths["mallory"] = generate_keys(str(tmp_path / "mallory"), "mallory")
+    _, paths["fake_cluster"] = generate_keys(str(tmp_path / "mallory"), "fake_cluster")
+    return paths
+
+
+@pytest.fixture
+def secure_tower(keys):
+    """A tower with CURVE on, its key among ``keys``' authorized ones."""
+    t = Tower(loopback_config(**{k.replace("/", "__"): v for k, v in curve_settings(keys, "tower").items()})).start()
+    yield t
+    t.stop()

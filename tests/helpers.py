@@ -39,6 +39,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def curve_settings(keys: dict[str, str], peer: str, cluster: str = "cluster", **extra: object) -> dict[str, object]:
+    """The ``security/*`` keys of ``peer`` (paths from the ``keys`` fixture)."""
+    return {"security/curve": 1, "security/cluster_key": keys[cluster], "security/peer_key": keys[peer],
+            "security/authorized_keys": keys["authorized"], **extra}
+
+
+def secure_config(tower: Tower, keys: dict[str, str], peer: str, cluster: str = "cluster", **extra: object) -> Config:
+    """A loopback config for ``peer`` with CURVE on, for the ``secure_tower`` fixture."""
+    values = curve_settings(keys, peer, cluster, **extra)
+    return loopback_config(tower, **{k.replace("/", "__"): v for k, v in values.items()})
+
+
 def script(name: str) -> str:
     """The installed console script (next to this interpreter first, e.g. in a venv)."""
     path = shutil.which(name, path=os.path.dirname(sys.executable)) or shutil.which(name)

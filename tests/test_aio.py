@@ -15,9 +15,8 @@ from dafka import BufferFull, Closed, FlushTimeout, RecordMetadata, RecordTooLar
 from dafka.aio import AsyncConsumer, AsyncProducer, SendFuture, TopicPartition
 from dafka.consumer_state import ConsumerState
 from dafka.store import Store
-from helpers import loopback_config
+from helpers import loopback_config, secure_config
 from rawpeer import RawPeer
-from test_security import cfg as secure_cfg, keys, secure_tower  # noqa: F401 (fixtures)
 
 STORE = "A" * 32
 
@@ -223,6 +222,7 @@ def test_same_errors_as_the_sync_api(tower):
             await consumer.getmany(max_records=0)
         await producer.stop()
         await consumer.stop()
+        await producer.flush()  # nothing left to ack: as the sync flush, no error
         with pytest.raises(Closed):
             await producer.send(b"x")
         with pytest.raises(Closed):
@@ -548,12 +548,12 @@ def test_waiting_reads_and_sends_do_not_spin(tower):
 # -- security ----------------------------------------------------------------------
 
 
-def test_curve_authorized_peers_exchange_records(secure_tower, keys):  # noqa: F811
+def test_curve_authorized_peers_exchange_records(secure_tower, keys):
     async def main():
-        async with AsyncProducer("sec", secure_cfg(secure_tower, keys, "alice", **{"producer/min_acks": 0})) as p, \
-                AsyncConsumer("sec", config=secure_cfg(secure_tower, keys, "bob",
+        async with AsyncProducer("sec", secure_config(secure_tower, keys, "alice", **{"producer/min_acks": 0})) as p, \
+                AsyncConsumer("sec", config=secure_config(secure_tower, keys, "bob",
                                                        **{"consumer/offset/reset": "earliest"})) as consumer, \
-                AsyncConsumer("sec", config=secure_cfg(secure_tower, keys, "mallory",
+                AsyncConsumer("sec", config=secure_config(secure_tower, keys, "mallory",
                                                        **{"consumer/offset/reset": "earliest"})) as intruder:
             for i in range(10):
                 await p.send(b"%d" % i)

@@ -4,7 +4,6 @@ and what crosses the wire is ciphertext."""
 from __future__ import annotations
 
 import select
-import shutil
 import socket
 import threading
 
@@ -13,49 +12,15 @@ import zmq
 import zmq.auth
 
 from dafka import Consumer, Producer, proto
-from dafka.security import generate_keys
-from dafka.towerd.tower import Tower
-from helpers import loopback_config, wait_for
+from helpers import curve_settings, loopback_config, secure_config, wait_for
 
 SECRET = b"SECRET-PLAINTEXT-RECORD-0123456789"
 
 
-@pytest.fixture
-def keys(tmp_path):
-    """A cluster key, three authorized peers, and mallory, who is not authorized."""
-    authorized = tmp_path / "authorized"
-    authorized.mkdir()
-    private = tmp_path / "private"
-    _, cluster = generate_keys(str(private), "cluster")
-    paths = {"cluster": cluster, "authorized": str(authorized)}
-    for name in ("tower", "alice", "bob"):
-        public, paths[name] = generate_keys(str(private), name)
-        shutil.copy(public, authorized)
-    _, paths["mallory"] = generate_keys(str(tmp_path / "mallory"), "mallory")
-    _, paths["fake_cluster"] = generate_keys(str(tmp_path / "mallory"), "fake_cluster")
-    return paths
-
-
-def curve(keys, peer, cluster="cluster", **extra):
-    return {"security/curve": 1, "security/cluster_key": keys[cluster], "security/peer_key": keys[peer],
-            "security/authorized_keys": keys["authorized"], **extra}
-
-
-@pytest.fixture
-def secure_tower(keys):
-    t = Tower(loopback_config(**{k.replace("/", "__"): v for k, v in curve(keys, "tower").items()})).start()
-    yield t
-    t.stop()
-
-
-def cfg(tower, keys, peer, cluster="cluster", **extra):
-    values = curve(keys, peer, cluster, **extra)
-    return loopback_config(tower, **{k.replace("/", "__"): v for k, v in values.items()})
-
-
 def test_authorized_peers_exchange_records(secure_tower, keys):
-    with Producer("sec", cfg(secure_tower, keys, "alice", **{"producer/min_acks": 0})) as producer, \
-            Consumer("sec", config=cfg(secure_tower, keys, "bob", **{"consumer/offset/reset": "earliest"})) as consumer:
+    with Producer("sec", secure_config(secure_tower, keys, "alice", **{"producer/min_acks": 0})) as producer, \
+            Consumer("sec", config=secure_config(secure_tower, keys, "bob",
+                                                 **{"consumer/offset/reset": "earliest"})) as consumer:
         for i in range(10):
             producer.send(b"%d" % i)
         got = [consumer.poll(5) for _ in range(10)]
@@ -64,8 +29,8 @@ def test_authorized_peers_exchange_records(secure_tower, keys):
 
 
 def test_unauthorized_consumer_reads_nothing(secure_tower, keys):
-    with Producer("sec", cfg(secure_tower, keys, "alice", **{"producer/min_acks": 0})) as producer, \
-            Consumer("sec", config=cfg(secure_tower, keys, "mallory",
+    with Producer("sec", secure_config(secure_tower, keys, "alice", **{"producer/min_acks": 0})) as producer, \
+            Consumer("sec", config=secure_config(secure_tower, keys, "mallory",
                                        **{"consumer/offset/reset": "earliest"})) as intruder:
         producer.send(b"for authorized eyes")
         assert intruder.poll(2.0) is None
@@ -74,8 +39,10 @@ def test_unauthorized_consumer_reads_nothing(secure_tower, keys):
 
 @pytest.mark.parametrize("cluster", ["fake_cluster", "cluster"])
 def test_unauthorized_producer_cannot_publish(secure_tower, keys, cluster):
-    with Consumer("sec", config=cfg(secure_tower, keys, "bob", **{"consumer/offset/reset": "earliest"})) as consumer, \
-            Producer("sec", cfg(secure_tower, keys, "mallory", cluster, **{"producer/min_acks": 0})) as intruder:
+    with Consumer("sec", config=secure_config(secure_tower, keys, "bob",
+                                              **{"consumer/offset/reset": "earliest"})) as consumer, \
+            Producer("sec", secure_config(secure_tower, keys, "mallory", cluster,
+                                          **{"producer/min_acks": 0})) as intruder:
         for _ in range(20):
             intruder.send(b"forged")
         assert consumer.poll(2.0) is None
@@ -136,7 +103,7 @@ class Relay:
 @pytest.mark.parametrize("secure", [True, False])
 def test_wire_capture_shows_no_plaintext_with_curve(tower, secure_tower, keys, secure):
     chosen = secure_tower if secure else tower
-    config = cfg(chosen, keys, "alice", **{"producer/min_acks": 0}) if secure else \
+    config = secure_config(chosen, keys, "alice", **{"producer/min_acks": 0}) if secure else \
         loopback_config(tower, producer__min_acks=0)
     with Producer("sec", config) as producer:
         relay = Relay(producer.endpoint)
@@ -168,7 +135,8 @@ def test_authenticator_restarts_at_once_on_the_same_context(keys):
     # EADDRINUSE (290 of 300 immediate restarts) unless it waits its turn.
     from dafka.security import Curve, acquire_authenticator, release_authenticator
 
-    settings = Curve.from_config(loopback_config(**{k.replace("/", "__"): v for k, v in curve(keys, "alice").items()}))
+    alice = curve_settings(keys, "alice")
+    settings = Curve.from_config(loopback_config(**{k.replace("/", "__"): v for k, v in alice.items()}))
     ctx = zmq.Context()
     try:
         for _ in range(50):
