@@ -370,26 +370,6 @@ class SendFuture:
         return f"<SendFuture {self._producer.topic}/{self.partition}@{self.offset} done={self.done()}>"
 
 
-def _send_future_factory() -> Callable[["AsyncProducer", int], SendFuture]:
-    """``new_send_future(producer, offset)``: a :class:`SendFuture` without the
-    cost of calling ``__init__`` (send's hot path), as the sync SendHandle's."""
-    new = object.__new__
-    set_producer = SendFuture._producer.__set__  # type: ignore[attr-defined]
-    set_offset = SendFuture.offset.__set__  # type: ignore[attr-defined]
-    set_future = SendFuture._future.__set__  # type: ignore[attr-defined]
-
-    def new_send_future(producer: "AsyncProducer", offset: int) -> SendFuture:
-        future = new(SendFuture)
-        set_producer(future, producer)
-        set_offset(future, offset)
-        set_future(future, None)
-        return future
-
-    return new_send_future
-
-
-_new_send_future = _send_future_factory()
-
 
 class AsyncProducer:
     """Publish records to ``topic`` as one partition, from asyncio:
@@ -502,11 +482,11 @@ class AsyncProducer:
         if self.value_serializer is not None:
             value = self.value_serializer(value)
         if self._waiting_for_room:
-            return _new_send_future(self, await self._send_when_room(value))
+            return SendFuture(self, await self._send_when_room(value))
         try:
-            return _new_send_future(self, self._producer.send(value, timeout=0).offset)
+            return SendFuture(self, self._producer.send(value, timeout=0).offset)
         except BufferFull:
-            return _new_send_future(self, await self._send_when_room(value))
+            return SendFuture(self, await self._send_when_room(value))
 
     async def send_and_wait(self, value: Any) -> RecordMetadata:
         """Publish one record and wait until ``producer/min_acks`` stores have ACKed it."""
@@ -515,7 +495,6 @@ class AsyncProducer:
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every record sent so far is acked by ``producer/min_acks``
         stores; :class:`FlushTimeout` after ``timeout`` seconds (None: no limit)."""
-        self._attach()
         producer = self._producer
         state = producer._state
         target = state.next_seq - 1
@@ -526,6 +505,7 @@ class AsyncProducer:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise producer._flush_timeout(timeout)
+            self._attach()
             await self._wakeup.wait(remaining)
         self._resolve()  # every future of a record sent before the flush is done when it returns
 
