@@ -6,12 +6,13 @@ under back pressure, offsets files, serializers, close bounds and CURVE."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import msgpack
 import pytest
 
-from dafka import BufferFull, Closed, FlushTimeout, RecordMetadata, RecordTooLarge, proto
+from dafka import BufferFull, Closed, FlushTimeout, Producer, RecordMetadata, RecordTooLarge, proto
 from dafka.aio import AsyncConsumer, AsyncProducer, SendFuture, TopicPartition
 from dafka.consumer_state import ConsumerState
 from dafka.store import Store
@@ -541,6 +542,29 @@ def test_waiting_reads_and_sends_do_not_spin(tower):
             assert results[0] == {} and isinstance(results[1], BufferFull)
             assert time.monotonic() - started >= 0.95
             assert time.thread_time() - cpu < 0.2
+
+    run(main())
+
+
+def test_a_consumer_nobody_reads_costs_nothing_while_records_pour_in_and_loses_none(tower):
+    """Between reads the sockets' FDs may signal, but nothing drains them:
+    ZeroMQ queues (and drops past its high-water mark, recovered by FETCH)."""
+    config = earliest(tower, producer__min_acks=0)
+    total = 20_000
+
+    async def main():
+        async with AsyncConsumer("pour", config=config) as consumer:
+            with Producer("pour", config) as producer:
+                await consumer.getmany(timeout_ms=300)  # connected, nothing yet
+                sender = threading.Thread(target=lambda: [producer.send(b"%d" % i) for i in range(total)],
+                                          name="test-sender")
+                cpu = time.thread_time()
+                sender.start()
+                await asyncio.sleep(1)  # nobody reads
+                assert time.thread_time() - cpu < 0.2
+                sender.join(10)
+                got = [r.offset for r in await read(consumer, total, timeout=30)]
+                assert got == list(range(total))
 
     run(main())
 
