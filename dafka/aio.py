@@ -115,8 +115,9 @@ class AsyncConsumer:
     ) -> None:
         self._consumer = Consumer(*topics, config=config, address=address, value_deserializer=value_deserializer,
                                   offsets_path=offsets_path, ctx=ctx)
-        # Records go straight off the ready queue when nothing is to be done per record.
-        self._plain = value_deserializer is None and offsets_path is None
+        # async for takes records straight off the ready queue while nothing is to be done per record.
+        self._fast = value_deserializer is None and offsets_path is None
+        self._state = self._consumer._state
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sockets: list[zmq.Socket] = []
         self._fds: list[int] = []
@@ -165,6 +166,7 @@ class AsyncConsumer:
                 self._loop.remove_reader(fd)
         self._fds.clear()
         self._sockets = []
+        self._fast = False
         consumer.close()
         self._wakeup.notify()
 
@@ -208,15 +210,15 @@ class AsyncConsumer:
         return self
 
     async def __anext__(self) -> Record:
-        consumer = self._consumer
-        ready = consumer._state.ready
-        if ready and self._plain and not consumer._closed:
+        """The next record for ``async for`` (which ends when the consumer is closed)."""
+        ready = self._state.ready  # read each time: seek() replaces the queue
+        if ready and self._fast:
             return ready.popleft()
         try:
             ready = await self._wait_ready(None)
         except Closed:
             raise StopAsyncIteration from None
-        return consumer._take(ready, 1)[0]
+        return self._consumer._take(ready, 1)[0]
 
     async def _wait_ready(self, timeout: float | None) -> deque[Record]:
         """Commit what the previous read returned, then serve the consumer's
