@@ -34,6 +34,8 @@ import asyncio
 import heapq
 import time
 from collections import deque
+from itertools import groupby
+from operator import itemgetter
 from typing import Any, Callable, Iterable
 
 import zmq
@@ -45,6 +47,8 @@ from .producer import Producer
 from .records import Record, RecordMetadata, TopicPartition
 
 __all__ = ["AsyncConsumer", "AsyncProducer", "SendFuture", "TopicPartition"]
+
+_topic_partition = itemgetter(0, 1)  # of a Record (a named tuple)
 
 
 class _Wakeup:
@@ -197,13 +201,13 @@ class AsyncConsumer:
         if not ready:
             return {}
         batches: dict[tuple[str, str], list[Record]] = {}
-        for record in self._consumer._take(ready, max_records or len(ready)):
-            key = (record.topic, record.partition)
+        # Records come in runs of one partition: grouped in C, as runs.
+        for key, run in groupby(self._consumer._take(ready, max_records or len(ready)), _topic_partition):
             batch = batches.get(key)
             if batch is None:
-                batches[key] = [record]
+                batches[key] = list(run)
             else:
-                batch.append(record)
+                batch.extend(run)
         return {TopicPartition(*key): batch for key, batch in batches.items()}
 
     def __aiter__(self) -> "AsyncConsumer":
