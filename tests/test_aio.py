@@ -487,10 +487,15 @@ def test_slow_consumer_with_back_pressure_loses_nothing_and_stays_bounded(tower,
     """A producer limited to 50 unacked records waits for the store's acks; a
     consumer with a small socket queue reads slowly, so records overflow it
     and come back by FETCH.  Every record arrives once, in order, and the
-    records queued in the consumer stay bounded."""
+    records queued in the consumer stay bounded: they leave the sockets only
+    when the queue is empty, one intake at a time (what the socket queues,
+    consumer/high_watermark messages per peer plus the kernel's buffers, or a
+    FETCH window of consumer/fetch_max_bytes), far less than the producer
+    sent ahead."""
     total = 20_000
-    config = earliest(tower, producer__max_unacked=50, consumer__high_watermark=100,
-                      consumer__max_buffered=1000)
+    config = earliest(tower, producer__max_unacked=50, consumer__high_watermark=20,
+                      consumer__max_buffered=1000, consumer__fetch_max_bytes=100_000)
+    pad = b"x" * 992
 
     async def main():
         async with AsyncProducer("slow", config) as producer, \
@@ -500,7 +505,7 @@ def test_slow_consumer_with_back_pressure_loses_nothing_and_stays_bounded(tower,
             async def produce():
                 nonlocal peak_unacked
                 for i in range(total):
-                    await producer.send(b"%08d" % i)
+                    await producer.send(b"%08d" % i + pad)
                     peak_unacked = max(peak_unacked, producer.stats()["unacked"])
                 await producer.flush(timeout=30)
 
@@ -511,13 +516,13 @@ def test_slow_consumer_with_back_pressure_loses_nothing_and_stays_bounded(tower,
             while len(got) < total and time.monotonic() < deadline:
                 for batch in (await consumer.getmany(timeout_ms=500, max_records=200)).values():
                     got.extend(r.offset for r in batch)
-                    assert all(r.value == b"%08d" % r.offset for r in batch)
+                    assert all(r.value == b"%08d" % r.offset + pad for r in batch)
                 peak_ready = max(peak_ready, consumer.stats()["ready"])
                 await asyncio.sleep(0.01)  # the slow part
             await sender
             assert got == list(range(total))
             assert peak_unacked == 50  # send waited for room
-            assert peak_ready <= 10_000  # one drain's worth at most
+            assert peak_ready <= total // 3, peak_ready  # observed 1,900-3,300
             assert producer.stats()["acked"] == total
 
     run(main(), timeout=120)
