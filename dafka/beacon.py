@@ -146,7 +146,7 @@ class Beacon:
         self._state = BeaconState(sender, interval_ms / 1000.0, timeout_ms / 1000.0)
         self._frames = proto.encode_beacon(proto.Beacon(sender, host, port))
         self._ctx = ctx
-        pipe_name = f"inproc://dafka-beacon-{id(self):x}-{sender}"
+        pipe_name = net.inproc_endpoint(f"beacon-{sender}")
         self.events = ctx.socket(zmq.PAIR)
         self.events.linger = 0
         self.events.bind(pipe_name)

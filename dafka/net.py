@@ -12,12 +12,34 @@ from __future__ import annotations
 
 import fcntl
 import ipaddress
+import itertools
 import socket
 import struct
 
 import zmq
 
 _SIOCGIFADDR = 0x8915
+_inproc_serials = itertools.count()
+
+
+def inproc_endpoint(kind: str) -> str:
+    """An inproc name no other socket of this process has had.  Not ``id()``
+    of the owner: a collected object's id is reused, while its inproc name
+    stays bound until its socket is closed, so a new owner could not bind."""
+    return f"inproc://dafka-{kind}-{next(_inproc_serials)}"
+
+
+def wake_pipe(ctx: zmq.Context, kind: str) -> tuple[zmq.Socket, zmq.Socket]:
+    """A pipe that wakes a loop waiting on its sockets with no timeout: the
+    loop polls the first end; another thread sends on the second."""
+    endpoint = inproc_endpoint(f"{kind}-wake")
+    wake = ctx.socket(zmq.PAIR)
+    wake.linger = 0
+    wake.bind(endpoint)
+    waker = ctx.socket(zmq.PAIR)
+    waker.linger = 0
+    waker.connect(endpoint)
+    return wake, waker
 
 
 def split_endpoints(value: str) -> list[str]:

@@ -21,6 +21,7 @@ from . import batching, proto
 from .beacon import CONNECT, Beacon
 from .errors import BufferFull, Closed, FlushTimeout, RecordTooLarge
 from .loop import Loop
+from .net import wake_pipe
 from .peer import ConfigLike, DataSocket, as_config, connect, new_address, read_subscriptions
 from .peer import ZERO_COPY_BYTES
 from .peer import raw_send as _raw_send
@@ -149,13 +150,7 @@ class Producer:
         # but the HEAD timer, which also picks up later (un)subscriptions.
         self._monitor = self._pub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self._loop.add_reader(self._monitor, self._on_connection)
-        wake = f"inproc://dafka-producer-wake-{id(self):x}"
-        self._wake = self._ctx.socket(zmq.PAIR)
-        self._wake.linger = 0
-        self._wake.bind(wake)
-        self._waker = self._ctx.socket(zmq.PAIR)
-        self._waker.linger = 0
-        self._waker.connect(wake)
+        self._wake, self._waker = wake_pipe(self._ctx, "producer")
         self._loop.add_reader(self._wake, self._drain_wake)
         self._lingering = False  # a batch waits for the loop to send it
         self._loop.call_every(c["producer/head_interval"] / 1000.0, self._on_head_timer)

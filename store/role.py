@@ -11,6 +11,7 @@ import zmq
 
 from dafka.beacon import Beacon
 from dafka.config import Config
+from dafka.net import wake_pipe
 from dafka.peer import DataSocket, PeerLinks
 
 
@@ -22,13 +23,7 @@ class RoleThread:
         self._data_sock = data
         self._data = DataSocket(ctx, config, data, address, name)
         self._links = PeerLinks(self._data.secure(sub))
-        wake_name = f"inproc://dafka-{name}-wake-{id(self):x}"
-        self._wake = ctx.socket(zmq.PAIR)
-        self._wake.linger = 0
-        self._wake.bind(wake_name)
-        self._waker = ctx.socket(zmq.PAIR)
-        self._waker.linger = 0
-        self._waker.connect(wake_name)
+        self._wake, self._waker = wake_pipe(ctx, name)
         self._waker_lock = threading.Lock()
         self._sockets = [sub, data, self._wake]  # what the thread closes when it ends (subclasses add theirs)
         self._stopping = False

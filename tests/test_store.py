@@ -435,7 +435,8 @@ def test_a_bulk_requester_gets_one_budget_of_answers_until_it_shows_progress(tow
     peer.listen(store.reader_endpoint, bulk=True)
     assert peer.receive(limit=5)[:1] == [proto.StoreHelloMsg(peer.address, store.reader_address)]
     peer.wait_subscribed(b"\x01F")
-    fetch = lambda seq: peer.send(proto.encode(proto.FetchMsg("P" * 32, peer.address, "budget", seq, 2_000 - seq)))
+    def fetch(seq: int) -> None:
+        peer.send(proto.encode(proto.FetchMsg("P" * 32, peer.address, "budget", seq, 2_000 - seq)))
 
     fetch(0)
     messages = peer.receive()
@@ -471,7 +472,8 @@ def test_a_reference_requester_gets_its_answer_to_the_end_of_a_block_of_100000_w
     assert peer.receive(limit=5)[:1] == [proto.StoreHelloMsg(peer.address, store.reader_address)]
     peer.wait_subscribed(b"\x01F")
     per_record = 1_000 + len(proto.record_prefix(proto.DIRECT_RECORD, peer.address, "P" * 32, "budget")) + 8 + 192
-    fetch = lambda seq: peer.send(proto.encode(proto.FetchMsg("P" * 32, peer.address, "budget", seq, 2_000 - seq)))
+    def fetch(seq: int) -> None:
+        peer.send(proto.encode(proto.FetchMsg("P" * 32, peer.address, "budget", seq, 2_000 - seq)))
 
     fetch(0)
     messages = peer.receive()

@@ -115,13 +115,7 @@ class Tower:
         self.pub_endpoint = self._xpub.last_endpoint.decode()
         self._stop = threading.Event()
         # stop() wakes the loop through this pipe: the loop waits on its sockets with no timeout
-        wake = f"inproc://dafka-tower-wake-{id(self):x}"
-        self._wake = self._ctx.socket(zmq.PAIR)
-        self._wake.linger = 0
-        self._wake.bind(wake)
-        self._waker = self._ctx.socket(zmq.PAIR)
-        self._waker.linger = 0
-        self._waker.connect(wake)
+        self._wake, self._waker = net.wake_pipe(self._ctx, "tower")
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         log.info("tower: beacons in on %s, out on %s", self.sub_endpoint, self.pub_endpoint)
