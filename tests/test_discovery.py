@@ -195,3 +195,23 @@ def test_beacon_state_drops_endpoints_a_peer_could_not_use(frames):
     state = BeaconState("ME", 1.0, 4.0)
     events, urgent = state.on_frames(frames, 0.0)
     assert events == [] and not urgent and state.malformed == 1
+
+
+def test_wake_pipes_of_one_process_never_share_a_name():
+    """Names built from id() collided once an owner was collected while its
+    pipe was still bound; every pipe now gets a name of its own."""
+    from dafka import net
+
+    ctx = zmq.Context()
+    pipes = [net.wake_pipe(ctx, "tower") for _ in range(50)]
+    try:
+        for wake, waker in pipes:
+            waker.send(b"x")
+        for wake, _ in pipes:
+            assert wake.poll(1000) and wake.recv() == b"x"
+            assert not wake.poll(0)  # each waker reaches its own pipe only
+    finally:
+        for wake, waker in pipes:
+            wake.close(0)
+            waker.close(0)
+        ctx.term()
