@@ -641,6 +641,69 @@ def scenario_partitions(producers: int, total: int) -> dict:
         shutil.rmtree(db, ignore_errors=True)
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def proc_cpu_and_wakeups(pid: int) -> tuple[float, int]:
+    """CPU seconds and voluntary context switches (a thread went to sleep, to
+    be woken later) of a process so far, all its threads together."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    switches = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches"):
+                    switches += int(line.split()[1])
+        except FileNotFoundError:
+            pass  # a thread that ended meanwhile
+    return cpu, switches
+
+
+def scenario_idle(seconds: float) -> dict:
+    """CPU and wake-ups of each role's daemon or console tool while nothing
+    flows: a tower, a store, a producer that sent one record and waits on its
+    stdin, and a consumer that got it; measured after a settling period."""
+    tower_sub, tower_pub = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    db = tempfile.mkdtemp(prefix="dafka-bench-idle-")
+    peer = ["--sub", tower_sub, "--pub", tower_pub, "-X", "beacon/address=127.0.0.1"]
+
+    def tool(module: str, *args: str, stdin: bool = False) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", f"from {module} import main; main()", *args],
+                                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    procs = {}
+    try:
+        procs["tower"] = tool("dafka.towerd.main", "--sub", tower_sub, "--pub", tower_pub)
+        procs["store"] = tool("dafka.cli.stored", "--db", db, *peer)
+        procs["consumer"] = tool("dafka.cli.consumer", "idle", "--from-beginning", "-q", *peer)
+        procs["producer"] = tool("dafka.cli.producer", "idle", "-q", *peer, stdin=True)
+        procs["producer"].stdin.write("one record\n")
+        procs["producer"].stdin.flush()
+        if procs["consumer"].stdout.readline().strip() != "one record":
+            raise RuntimeError("the idle scenario's consumer did not get its record")
+        time.sleep(5.0)  # settle: hellos, HEADs, retries and start-up work are over
+        before = {role: proc_cpu_and_wakeups(p.pid) for role, p in procs.items()}
+        time.sleep(seconds)
+        out = {}
+        for role, p in procs.items():
+            cpu, switches = proc_cpu_and_wakeups(p.pid)
+            out[role] = {"cpu_percent": (cpu - before[role][0]) / seconds * 100,
+                         "wakeups_per_s": (switches - before[role][1]) / seconds}
+        return {"seconds": seconds, "roles": out}
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+        shutil.rmtree(db, ignore_errors=True)
+
+
 def spark_available() -> bool:
     import importlib.util
 
@@ -718,7 +781,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="100,1000", help="record sizes in bytes, comma-separated")
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    ap.add_argument("--skip", default="", help="comma-separated scenarios to skip (store, bulk, partitions, hold, spark)")
+    ap.add_argument("--skip", default="", help="comma-separated scenarios to skip (store, bulk, partitions, idle, hold, spark)")
+    ap.add_argument("--idle-seconds", type=float, default=60.0, help="how long the idle scenario measures")
     # role options
     ap.add_argument("--sub")
     ap.add_argument("--pub")
@@ -777,6 +841,11 @@ def main(argv: list[str] | None = None) -> int:
             results["partitions"][producers] = m
             print(f"{'P=' + str(producers):<44} {fmt_rate(m['rate'], ceiling_rate):<28} {fmt_cpu(m['cpu_us'])}; "
                   f"RSS MiB " + ", ".join(f"{k} {v:.0f}" for k, v in m["rss_mib"].items()))
+    if "idle" not in skip:
+        results["idle"] = scenario_idle(a.idle_seconds)
+        print(f"\n== idle for {a.idle_seconds:.0f} s (daemons and console tools, nothing flowing) ==")
+        for role, r in results["idle"]["roles"].items():
+            print(f"{role:<44} CPU {r['cpu_percent']:.3f} %, {r['wakeups_per_s']:.1f} wake-ups/s")
     results["first_record_live"] = scenario_first_record_live()
     print(f"consumer start to first record, live producer: {results['first_record_live']['first_record_ms']:.1f} ms")
     if "hold" not in skip:

@@ -63,23 +63,6 @@ class SendHandle:
         return f"<SendHandle {self._producer.topic}/{self.partition}@{self.offset} done={self.done()}>"
 
 
-def _handle_factory() -> Callable[["Producer", int], SendHandle]:
-    """``new_handle(producer, offset)``: a :class:`SendHandle` without the
-    cost of calling ``__init__`` (send's hot path)."""
-    new = object.__new__
-    set_producer = SendHandle._producer.__set__  # type: ignore[attr-defined]
-    set_offset = SendHandle.offset.__set__  # type: ignore[attr-defined]
-
-    def new_handle(producer: "Producer", offset: int) -> SendHandle:
-        handle = new(SendHandle)
-        set_producer(handle, producer)
-        set_offset(handle, offset)
-        return handle
-
-    return new_handle
-
-
-_new_handle = _handle_factory()
 
 
 def _as_bytes(value: object) -> bytes:
@@ -196,24 +179,23 @@ class Producer:
             if self._closed:
                 raise Closed("producer is closed")
             state = self._state
-            frame = state.publish(value)
-            if frame is None:
-                frame = self._publish_when_room(value, self.send_timeout if timeout is None else timeout)
+            seq = state.publish(value, _clock())
+            if seq < 0:
+                seq = self._publish_when_room(value, self.send_timeout if timeout is None else timeout)
             audience = state.audience
             if audience.records:  # a RECORD for those who read no batches (reference peers...)
                 pub = self._pub
-                _raw_send(pub, frame, zmq.SNDMORE)
+                _raw_send(pub, state.record_frame(seq), zmq.SNDMORE)
                 _raw_send(pub, value)
             if audience.batches:
-                if state.batch_record(value, _clock()):
+                if state.batch_due:
                     self._send_batch()
                 elif not self._lingering:
                     self._lingering = True  # the loop sends the batch if no record fills it first
                     self._waker.send(_LINGER, zmq.NOBLOCK)
-            seq = state.next_seq - 1
             if on_delivery is not None:
                 self._callbacks.append((seq, on_delivery))
-        return _new_handle(self, seq)
+        return SendHandle(self, seq)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every record sent so far is acked by ``min_acks`` stores."""
@@ -289,15 +271,15 @@ class Producer:
 
     # -- waiting ------------------------------------------------------------
 
-    def _publish_when_room(self, value: bytes, timeout: float) -> bytes:
+    def _publish_when_room(self, value: bytes, timeout: float) -> int:
         """Wait (the lock released meanwhile) until the buffer takes ``value``;
-        returns its frame 1, or raises :class:`BufferFull` after ``timeout`` seconds."""
+        returns its sequence, or raises :class:`BufferFull` after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         state = self._state
         while True:
-            frame = state.publish(value)
-            if frame is not None:
-                return frame
+            seq = state.publish(value, _clock())
+            if seq >= 0:
+                return seq
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise self._buffer_full(timeout)

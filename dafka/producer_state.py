@@ -62,6 +62,7 @@ class ProducerState:
         self.batch: list[bytes] = []  # published records waiting to go out in one RECORDS
         self.batch_bytes = 0
         self.batch_first = 0  # the sequence of batch[0]
+        self.batch_due = False  # the batch is to go out now (see publish)
         self.batches_sent = 0
         self.last_publish = float("-inf")
         self._records_prefix = proto.record_prefix(proto.RECORDS, topic, address, topic)
@@ -76,15 +77,19 @@ class ProducerState:
             return True
         return len(self.buffer) < self.max_unacked and self.buffered_bytes + size <= self.max_unacked_bytes
 
-    def publish(self, content: bytes) -> bytes | None:
-        """Take a record if the unacked buffer has room for it: returns frame 1
-        of its RECORD (its sequence is ``next_seq - 1``), or None, taking
-        nothing, when the buffer is full."""
+    def publish(self, content: bytes, now: float = 0.0) -> int:
+        """Take a record if the unacked buffer has room for it: returns its
+        sequence, or -1, taking nothing, when the buffer is full.  While
+        somebody reads RECORDS, the record joins the live batch, and
+        :attr:`batch_due` says whether the batch is to go out now (the record
+        came alone, not in a burst, or the batch is full) or may wait for more
+        (at most ``batching.LINGER``).  One call per record: this is send()'s
+        hot path."""
         buffer = self.buffer
         size = len(content)
         if self.min_acks:
             if buffer and (len(buffer) >= self.max_unacked or self.buffered_bytes + size > self.max_unacked_bytes):
-                return None
+                return -1
             buffer.append(content)
             self.buffered_bytes += size
             seq = self.next_seq
@@ -95,6 +100,19 @@ class ProducerState:
             while len(buffer) > self.max_unacked or self.buffered_bytes > self.max_unacked_bytes:
                 self._drop_oldest()
         self.next_seq = seq + 1
+        if self.audience.batches:
+            batch = self.batch
+            if not batch:
+                self.batch_first = seq
+            batch.append(content)
+            self.batch_bytes += size
+            self.batch_due = (now - self.last_publish >= batching.BURST_GAP or len(batch) >= batching.MAX_RECORDS
+                              or self.batch_bytes >= batching.MAX_BYTES)
+            self.last_publish = now
+        return seq
+
+    def record_frame(self, seq: int) -> bytes:
+        """Frame 1 of the RECORD of published record ``seq``."""
         return self.record_prefix + seq.to_bytes(8, "big")
 
     @property
@@ -180,19 +198,6 @@ class ProducerState:
         return sub.subscribe and self.wants_head_for(sub)
 
     # -- live batches ---------------------------------------------------------
-
-    def batch_record(self, content: bytes, now: float) -> bool:
-        """Add the record just published to the live batch; True if the batch
-        is to go out now (the record came alone, not in a burst, or the batch
-        is full), False if it waits for more (at most ``batching.LINGER``)."""
-        batch = self.batch
-        if not batch:
-            self.batch_first = self.next_seq - 1
-        batch.append(content)
-        self.batch_bytes += len(content)
-        alone = now - self.last_publish >= batching.BURST_GAP
-        self.last_publish = now
-        return alone or len(batch) >= batching.MAX_RECORDS or self.batch_bytes >= batching.MAX_BYTES
 
     def take_batch(self) -> list[bytes] | None:
         """The RECORDS frames of the waiting records (None: none wait).  They

@@ -23,9 +23,9 @@ def ack(seq, topic="t"):
 
 def test_producer_frames_are_reference_records():
     state = ProducerState(P, "t")
-    frame = state.publish(b"x")
-    assert state.next_seq - 1 == 0
-    assert [frame, b"x"] == proto.encode(proto.RecordMsg("t", P, "t", 0, b"x"))
+    seq = state.publish(b"x")
+    assert seq == state.next_seq - 1 == 0
+    assert [state.record_frame(seq), b"x"] == proto.encode(proto.RecordMsg("t", P, "t", 0, b"x"))
     assert state.head_frame() == proto.encode(proto.HeadMsg("t", P, "t", 0))[0]
 
 
@@ -96,16 +96,16 @@ def test_has_room_bounds_records_and_bytes():
     assert state.has_room(5) and not state.has_room(6)
     state.publish(b"1")
     assert not state.has_room(1)
-    assert state.publish(b"1") is None, "a full buffer takes nothing"
+    assert state.publish(b"1") == -1, "a full buffer takes nothing"
     assert state.next_seq == 2 and len(state.buffer) == 2 and state.buffered_bytes == 6
 
 
 def test_a_full_buffer_refuses_by_bytes_too():
     state = ProducerState(P, "t", max_unacked=100, max_unacked_bytes=10)
-    assert state.publish(b"123456") is not None
-    assert state.publish(b"12345") is None and state.next_seq == 1
+    assert state.publish(b"123456") == 0
+    assert state.publish(b"12345") == -1 and state.next_seq == 1
     state.on_ack("s", ack(0))
-    assert state.publish(b"12345") is not None and state.next_seq == 2
+    assert state.publish(b"12345") == 1 and state.next_seq == 2
 
 
 # -- consumer ---------------------------------------------------------------

@@ -241,10 +241,10 @@ def fuzz_producer(fdp: atheris.FuzzedDataProvider) -> None:
         op = fdp.ConsumeIntInRange(0, 5)
         if op <= 1 and state.has_room(8):
             seq = state.next_seq
-            frame = state.publish(_content(seq))
-            assert frame is not None and proto.decode([frame, _content(seq)]).sequence == seq
+            assert state.publish(_content(seq)) == seq
+            assert proto.decode([state.record_frame(seq), _content(seq)]).sequence == seq
         elif op <= 1:
-            assert state.publish(_content(state.next_seq)) is None
+            assert state.publish(_content(state.next_seq)) == -1
         elif op == 2:
             frames = _message(fdp, [TOPIC], addresses)
             try:
