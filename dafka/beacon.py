@@ -59,6 +59,7 @@ class BeaconState:
     timeout: float
     peers: dict[str, _Peer] = field(default_factory=dict)
     welcomed: bool = False
+    replays: int = 0  # the towers that said their replay of the peers for us is over
     malformed: int = 0
     # the frames (sender, endpoint) of a beacon already decoded -> its peer (_SELF: our own)
     _raw: dict[tuple[bytes, bytes], "_Peer"] = field(default_factory=dict, repr=False)
@@ -69,6 +70,10 @@ class BeaconState:
         if frames == [proto.WELCOME]:
             self.welcomed = True
             return [], True
+        if len(frames) == 1 and frames[0] == proto.REPLAY_END + self.sender.encode():
+            self.welcomed = True
+            self.replays += 1
+            return [], False
         if len(frames) == 3 and frames[0] == proto.BEACON:
             # Every peer's beacon comes every beacon/interval: a known one only refreshes.
             known = self._raw.get((frames[1], frames[2]))
@@ -157,6 +162,7 @@ class Beacon:
         self._control_lock = threading.Lock()
         self._ready = threading.Event()
         self._connected = threading.Event()
+        self._replayed = threading.Event()
         self._peers_snapshot: dict[str, str] = {}
         self._thread = threading.Thread(target=self._run, name=f"dafka-beacon-{name}", daemon=True)
 
@@ -169,6 +175,12 @@ class Beacon:
 
     def wait_connected(self, timeout: float | None = None) -> bool:
         return self._connected.wait(timeout)
+
+    @property
+    def replayed(self) -> bool:
+        """True once every tower said it has replayed the live peers' beacons
+        to us (dafka-py towers do; a reference tower never says)."""
+        return self._replayed.is_set()
 
     def peers(self) -> dict[str, str]:
         """Live peers: endpoint -> sender address."""
@@ -221,6 +233,7 @@ class Beacon:
             publisher.connect(endpoint)
         subscriber.setsockopt(zmq.SUBSCRIBE, proto.BEACON)
         subscriber.setsockopt(zmq.SUBSCRIBE, proto.WELCOME)
+        subscriber.setsockopt(zmq.SUBSCRIBE, proto.REPLAY_END + self.sender.encode())  # after B: rfc 5.5
         for endpoint in self._tower_pub:
             subscriber.connect(endpoint)
         self._ready.set()
@@ -288,6 +301,8 @@ class Beacon:
             if state.welcomed and not was_welcomed:
                 log.info("%s %s: tower reached", self.name, self.sender)
                 self._connected.set()
+            if state.replays >= len(self._tower_pub):
+                self._replayed.set()
             for event in events:
                 self._emit(out, event)
             beacon_now = beacon_now or urgent

@@ -63,6 +63,9 @@ RECORDS = b"S"
 # Tower / beacon frames.
 BEACON = b"B"
 WELCOME = b"W"
+# Extension (rfc 5.5): a dafka-py peer subscribes to REPLAY_END + its address on the tower's XPUB, after
+# B; a dafka-py tower answers with that one frame, which follows the beacons it replayed for the B.
+REPLAY_END = b"Z"
 
 _ENC = "utf-8"
 _ERRORS = "surrogateescape"

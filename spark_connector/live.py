@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 RCVHWM = 100_000  # messages queued for a slow task before the store waits (it never drops)
 QUIET = 0.2  # seconds without news after which the heads are taken as complete
-REPLAY_GRACE = 0.1  # seconds after the tower's welcome for its replay of the peers to arrive
+REPLAY_GRACE = 0.1  # seconds after a reference tower's welcome for its replay of the peers to arrive
 RETRY = 1.0  # seconds without progress before a FETCH is repeated
 READER_GRACE = 2.0  # seconds to wait for a store reader that holds the partition before asking anyone
 DIRECT_GRACE = 2.0  # seconds a task waits for the readers known at planning before going through the tower
@@ -269,7 +269,9 @@ class LivePeer:
 
     def settled(self) -> bool:
         """Has every live peer the tower reported connected back to us?"""
-        if self.welcomed_at is None or time.monotonic() - self.welcomed_at < REPLAY_GRACE:
+        if self.welcomed_at is None:
+            return False
+        if time.monotonic() - self.welcomed_at < REPLAY_GRACE and not (self.beacon and self.beacon.replayed):
             return False
         if any(reader not in self.hearing for reader in self.listening):
             return False

@@ -215,3 +215,50 @@ def test_wake_pipes_of_one_process_never_share_a_name():
             wake.close(0)
             waker.close(0)
         ctx.term()
+
+
+def test_tower_says_when_its_replay_for_a_new_peer_is_over(tower):
+    """rfc 5.5: after the beacons it replays for a new subscriber of B, a
+    dafka-py tower sends Z<address> to the subscriber of that address only;
+    a reference peer, which never subscribes to Z, gets nothing new."""
+    ctx = zmq.Context.instance()
+    peers = [make_beacon(tower, f"{i:032X}", 41000 + i) for i in range(5)]
+    newcomer, reference = ctx.socket(zmq.SUB), ctx.socket(zmq.SUB)
+    try:
+        wait_for(lambda: len(tower.peers()) == 5, 5, what="five peers at the tower")
+        reference.setsockopt(zmq.SUBSCRIBE, b"B")
+        reference.setsockopt(zmq.SUBSCRIBE, b"W")
+        reference.connect(tower.pub_endpoint)
+        newcomer.setsockopt(zmq.SUBSCRIBE, b"B")
+        newcomer.setsockopt(zmq.SUBSCRIBE, b"W")
+        newcomer.setsockopt(zmq.SUBSCRIBE, b"Z" + b"N" * 32)
+        newcomer.connect(tower.pub_endpoint)
+        seen: set[bytes] = set()
+        while True:
+            assert newcomer.poll(5000), "no end-of-replay marker"
+            frames = newcomer.recv_multipart()
+            if frames[0] == b"Z" + b"N" * 32:
+                break
+            if frames[0] == b"B":
+                seen.add(frames[1])
+        assert seen >= {f"{i:032X}".encode() for i in range(5)}, "the marker came before the replay"
+        time.sleep(0.2)
+        while reference.poll(0):
+            assert reference.recv_multipart()[0][:1] in (b"B", b"W")
+    finally:
+        newcomer.close(0)
+        reference.close(0)
+        for p in peers:
+            p.stop()
+
+
+def test_beacon_knows_when_the_towers_replay_is_over(tower):
+    beacon = make_beacon(tower, "R" * 32, 41999)
+    try:
+        wait_for(lambda: beacon.replayed, 5, what="end of replay")
+    finally:
+        beacon.stop()
+    state = BeaconState("S" * 32, 1.0, 4.0)
+    assert state.on_frames([b"Z" + b"T" * 32], 0.0) == ([], False) and state.replays == 0
+    assert state.malformed == 1, "another peer's marker never reaches us: malformed"
+    assert state.on_frames([b"Z" + b"S" * 32], 0.0) == ([], False) and state.replays == 1 and state.welcomed

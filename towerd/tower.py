@@ -174,6 +174,10 @@ class Tower:
                 return
             if len(frame) >= 2 and frame[1:2] == proto.WELCOME:
                 continue
+            if len(frame) > 2 and frame[1:2] == proto.REPLAY_END:
+                if frame[:1] == b"\x01":  # the subscriber's B (and so its replay) came before: say it is over
+                    self._xpub.send(frame[1:])
+                continue
             self._xsub.send(frame)
             if frame[:1] == b"\x01" and frame[1:2] in (b"", proto.BEACON):  # a new listener for beacons
                 with self._lock:
