@@ -690,7 +690,8 @@ def scenario_idle(seconds: float) -> dict:
     def tool(module: str, *args: str, stdin: bool = False) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-c", f"from {module} import main; main()", *args],
                                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})  # the consumer's line comes at once
 
     procs = {}
     try:
@@ -700,8 +701,9 @@ def scenario_idle(seconds: float) -> dict:
         procs["producer"] = tool("dafka.cli.producer", "idle", "-q", *peer, stdin=True)
         procs["producer"].stdin.write("one record\n")
         procs["producer"].stdin.flush()
-        if procs["consumer"].stdout.readline().strip() != "one record":
-            raise RuntimeError("the idle scenario's consumer did not get its record")
+        line = procs["consumer"].stdout.readline()
+        if not line.rstrip().endswith("one record"):
+            raise RuntimeError(f"the idle scenario's consumer printed {line!r}, not its record")
         time.sleep(5.0)  # settle: hellos, HEADs, retries and start-up work are over
         before = {role: proc_cpu_and_wakeups(p.pid) for role, p in procs.items()}
         time.sleep(seconds)

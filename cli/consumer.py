@@ -29,7 +29,6 @@ from .common import (
 )
 from .formats import FormatError, Printer, compile_format
 
-_POLL = 0.2  # seconds per poll, so --timeout-ms and signals are seen promptly
 
 
 def _offset(ctx: click.Context, param: click.Parameter, value: str | None) -> str | int | None:
@@ -145,12 +144,12 @@ def main(topics: tuple[str, ...], topic_opts: tuple[str, ...], from_beginning: b
                 consumer.seek(partition, start_at, topic)
         last = time.monotonic()
         while max_messages is None or count < max_messages:
-            wait = _POLL
+            # No wake-ups while nothing comes: a signal interrupts the wait (its handler raises Interrupted).
+            wait = None
             if timeout_ms is not None:
-                left = timeout_ms / 1000.0 - (time.monotonic() - last)
-                if left <= 0:
+                wait = timeout_ms / 1000.0 - (time.monotonic() - last)
+                if wait <= 0:
                     break
-                wait = min(wait, left)
             record = consumer.poll(wait)
             if record is None:
                 continue

@@ -82,11 +82,7 @@ def main(db: str | None, retention_ms: int | None, retention_bytes: int | None, 
     try:
         # Serves until request_stop() (our signal handler) or until a store
         # thread dies; then stops: pending writes, LevelDB closed, threads joined.
-        if hasattr(store, "run_forever"):
-            store.run_forever(install_signal_handlers=False)
-        else:  # the bare contract: start/stop
-            while not stop.wait(0.25):
-                pass
+        store.run_forever(install_signal_handlers=False)
     except StoreError as exc:
         say(f"{exc}; stopped")
         sys.exit(EXIT_FAILURE)
