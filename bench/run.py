@@ -704,7 +704,7 @@ def scenario_idle(seconds: float) -> dict:
         line = procs["consumer"].stdout.readline()
         if not line.rstrip().endswith("one record"):
             raise RuntimeError(f"the idle scenario's consumer printed {line!r}, not its record")
-        time.sleep(5.0)  # settle: hellos, HEADs, retries and start-up work are over
+        time.sleep(10.0)  # settle: hellos, HEADs, retries and start-up work are over
         before = {role: proc_cpu_and_wakeups(p.pid) for role, p in procs.items()}
         time.sleep(seconds)
         out = {}

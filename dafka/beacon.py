@@ -301,7 +301,7 @@ class Beacon:
             if state.welcomed and not was_welcomed:
                 log.info("%s %s: tower reached", self.name, self.sender)
                 self._connected.set()
-            if state.replays >= len(self._tower_pub):
+            if state.replays >= len(self._tower_pub) and not self._replayed.is_set():
                 self._replayed.set()
             for event in events:
                 self._emit(out, event)
