@@ -134,7 +134,7 @@ def role_producer(a: argparse.Namespace) -> None:
     producer = Producer(a.topic, config(a.sub, a.pub, **extra))
     time.sleep(a.warmup)
     deadline = time.monotonic() + 60
-    while producer.stats()["peers"] < a.wait_peers and time.monotonic() < deadline:
+    while producer.stats()["peers_seen"] < a.wait_peers and time.monotonic() < deadline:
         time.sleep(0.005)
     body = b"x" * a.size
     stamp = a.stamp
@@ -814,7 +814,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stamp", action="store_true")
     ap.add_argument("--hold", action="store_true")
     ap.add_argument("--warmup", type=float, default=1.0)
-    ap.add_argument("--wait-peers", type=int, default=0, help="producer role: wait for this many peers first")
+    ap.add_argument("--wait-peers", type=int, default=0, help="producer role: wait until the towers report this many peers")
     ap.add_argument("--partitions", default="1,8,32,128", help="producer counts of the many-partitions scenario")
     ap.add_argument("--linger", type=float, default=0.0)
     a = ap.parse_args(argv)

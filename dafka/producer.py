@@ -22,7 +22,7 @@ from .beacon import CONNECT, Beacon
 from .errors import BufferFull, Closed, FlushTimeout, RecordTooLarge
 from .loop import Loop
 from .net import wake_pipe
-from .peer import ConfigLike, DataSocket, as_config, connect, new_address, read_subscriptions
+from .peer import ConfigLike, DataSocket, as_config, connect, is_tagged_producer, new_address, read_subscriptions
 from .peer import ZERO_COPY_BYTES
 from .peer import raw_send as _raw_send
 from .producer_state import ProducerState
@@ -93,7 +93,7 @@ class Producer:
         if len(topic.encode()) > proto.MAX_STRING:
             raise ValueError(f"topic is longer than {proto.MAX_STRING} bytes")
         self.topic = topic
-        self.address = address or new_address()
+        self.address = address or new_address(producer=True)
         self.value_serializer = value_serializer
         self.min_acks = c["producer/min_acks"]
         self.max_record_bytes = c["producer/max_record_bytes"]
@@ -256,7 +256,8 @@ class Producer:
                 "unacked": s.unacked,
                 "buffered": len(s.buffer),
                 "buffered_bytes": s.buffered_bytes,
-                "peers": len(self._peers),
+                "peers": len(self._peers),  # connected to: every live peer but other dafka-py producers
+                "peers_seen": len(self._data.beacon.peers()),  # every live peer the towers report
                 "malformed": s.malformed,
                 "batches_sent": s.batches_sent,
                 "audience_records": int(s.audience.records),
@@ -397,8 +398,8 @@ class Producer:
         shared = self._shared_sub
         for event in Beacon.read_events(pipe):
             if event.kind == CONNECT:
-                if event.endpoint in self._peers:
-                    continue
+                if event.endpoint in self._peers or is_tagged_producer(event.sender):
+                    continue  # another dafka-py producer sends us nothing (rfc 5.5)
                 if shared is not None:
                     if connect(shared, event.endpoint):
                         self._peers[event.endpoint] = (shared, event.sender)

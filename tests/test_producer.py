@@ -202,3 +202,26 @@ def test_bad_topic_is_refused(tower):
         Producer("bad\0topic", loopback_config(tower))
     with pytest.raises(ValueError):
         Producer("x" * 256, loopback_config(tower))
+
+
+def test_dafka_producers_do_not_connect_to_each_other_but_to_every_other_peer(tower):
+    """rfc 5.5, tagged producer addresses: P dafka-py producers make no P
+    squared mesh between them.  A peer with a random address (a reference
+    producer, a store) is connected to as before, and gets the producer's
+    subscriptions."""
+    from dafka.peer import is_tagged_producer, new_address
+
+    assert is_tagged_producer(new_address(producer=True)) and not is_tagged_producer(new_address())
+    reference = fake_store(tower, new_address())  # a random address: could be anything, even a producer
+    producers = [Producer("mesh", loopback_config(tower)) for _ in range(3)]
+    try:
+        wait_for(lambda: all(p.stats()["peers_seen"] == 3 for p in producers), 10, what="every peer seen")
+        for p in producers:
+            reference.wait_subscribed(b"K" + p.address.encode())  # connected to the random address
+        time.sleep(0.3)
+        assert [p.stats()["peers"] for p in producers] == [1, 1, 1], "producers connected to each other"
+        assert all(is_tagged_producer(p.address) for p in producers)
+    finally:
+        for p in producers:
+            p.close(timeout=1)
+        reference.close()
