@@ -25,7 +25,12 @@ from .records import Record
 
 log = logging.getLogger(__name__)
 
-_BATCH = 10_000  # messages drained per wake-up
+# Records moved from the socket into the ready queue per wake-up at most, taken DRAIN_STEP messages
+# at a time (RECORDS and DIRECT-RECORDS carry many): a consumer that falls behind leaves its backlog
+# in libzmq's queue, in the messages it came in, instead of turning it all into Records at once (at
+# 1000 bytes a record, hundreds of MiB of new objects whose page faults slowed it further).
+DRAIN = 4096
+DRAIN_STEP = 4
 _TICK = 0.1  # seconds between fetch-retry checks
 
 
@@ -293,7 +298,9 @@ class Consumer:
     def _on_sub(self, sock: zmq.Socket) -> None:
         state = self._state
         state.now = time.monotonic()
-        drain_records(sock, _BATCH, state)
+        ready = state.ready
+        while drain_records(sock, DRAIN_STEP, state) == DRAIN_STEP and len(ready) < DRAIN:
+            pass
 
     def _on_subscriptions(self, sock: zmq.Socket) -> None:
         while True:
