@@ -317,6 +317,10 @@ define("consumer/fetch_max_bytes", "int", 8388608,
        minimum=1, unit="bytes")
 define("consumer/fetch_retry", "int", 1000, "wait before an unanswered FETCH is sent again",
        minimum=1, unit=_MS)
+define("consumer/heads_interval", "int", 1000,
+       "while a known partition's producer is gone, ask the stores for the heads (GET-HEADS) after this "
+       "long, then at doubling intervals up to 64 times it: its last records may have come with no HEAD",
+       minimum=1, unit=_MS)
 define("consumer/max_buffered", "int", 100000, "out-of-order records kept per partition",
        minimum=0, unit="records")
 define("consumer/batches", "bool", 1,

@@ -64,6 +64,7 @@ class Consumer:
             positions=self._journal.positions if self._journal else None,
             bulk=c["consumer/bulk"],
             batches=c["consumer/batches"],
+            heads_interval=c["consumer/heads_interval"] / 1000.0,
         )
         self._lock = threading.Lock()
         self._closed = False
@@ -231,6 +232,7 @@ class Consumer:
             "malformed": self._state.malformed,
             "skipped": self._state.skipped,
             "peers": len(self._links),
+            "heads_asked": self._state.heads_asked,
         }
 
     def close(self) -> None:
@@ -283,12 +285,18 @@ class Consumer:
             for frames in out:
                 self._xpub.send_multipart(frames)
             out.clear()
-        if self._tick_timer is None and self._state.awaiting:
-            self._tick_timer = self._loop.call_later(_TICK, self._tick)
+        state = self._state
+        if state.awaiting or state.heads_due is not None:
+            # the fetch-retry tick while partitions await records, else the tail watch's next turn
+            when = time.monotonic() + _TICK if state.awaiting else state.heads_due
+            if self._tick_timer is None or when < self._tick_timer.when:
+                if self._tick_timer is not None:
+                    self._tick_timer.cancel()
+                self._tick_timer = self._loop.call_later(max(0.0, when - time.monotonic()), self._tick)
 
     def _on_beacon(self, pipe: zmq.Socket) -> None:
-        if self._links.on_beacon(pipe):
-            self._state.peers_gone()
+        gone = self._links.on_beacon(pipe)
+        self._state.on_peers(self._links.senders(), gone, time.monotonic())
 
     def _tick(self) -> None:
         self._tick_timer = None

@@ -25,6 +25,7 @@ from .records import Record, make_record, records
 log = logging.getLogger(__name__)
 
 FETCH_CHUNK = 100_000  # at most this many records asked for in one FETCH
+HEADS_BACKOFF_MAX = 64  # the tail watch's interval doubles up to this many times heads_interval
 
 
 class Partition:
@@ -66,6 +67,7 @@ class ConsumerState(RecordIntake):
         positions: dict[tuple[str, str], int] | None = None,
         bulk: bool = True,
         batches: bool = True,
+        heads_interval: float = 1.0,
     ) -> None:
         super().__init__()
         if reset not in ("latest", "earliest"):
@@ -85,6 +87,13 @@ class ConsumerState(RecordIntake):
         self.awaiting: set[Partition] = set()  # partitions that lack records known to exist: tick() looks at them
         self.skipped = 0
         self.now = 0.0
+        # The tail watch (rfc 8.5): while a partition's producer is not among the peers we are
+        # connected to, nothing tells us of records that came after its last HEAD that reached us.
+        self.live: set[str] = set()  # addresses of the peers we are connected to
+        self.heads_interval = heads_interval
+        self.heads_due: float | None = None  # when to ask the stores for the heads again (None: no watch)
+        self._heads_wait = heads_interval
+        self.heads_asked = 0  # GET-HEADS rounds the tail watch sent
 
     # -- subscriptions ------------------------------------------------------
 
@@ -118,13 +127,39 @@ class ConsumerState(RecordIntake):
         subjects = tuple(t for t in self.topics if self._asks_heads(t))
         self.out.append(proto.encode(proto.ConsumerHelloMsg(reader, self.address, subjects)))
 
-    def peers_gone(self) -> None:
-        """Some peer left (its beacon expired).  If it was a producer, its
-        last records and HEADs may all have been lost on the way to us, and
-        nothing it sends will tell us any more: ask the stores for the heads."""
-        for topic in self.topics:
+    def on_peers(self, live: set[str], gone: int, now: float) -> None:
+        """The peers we are connected to are now ``live`` (``gone`` of them
+        left: their beacons expired).  A producer that left may have sent
+        its last records and HEADs in vain: ask the stores for the heads at
+        once, and keep watching while its partition has no live producer."""
+        self.now = now
+        self.live = live
+        if gone:
+            for topic in self.topics:
+                if self._asks_heads(topic):
+                    self.out.append(proto.encode(proto.GetHeadsMsg(topic, self.address)))
+        self._watch_tails(restart=bool(gone))
+
+    def _watch_tails(self, restart: bool = False) -> None:
+        live = self.live
+        if any(p.address not in live for p in self.partitions.values()):
+            if self.heads_due is None or restart:
+                self._heads_wait = self.heads_interval
+                self.heads_due = self.now + self.heads_interval
+        else:
+            self.heads_due = None
+
+    def _ask_tails(self, now: float) -> None:
+        """The tail watch's turn: GET-HEADS for the topics whose partitions
+        have no live producer; the next turn comes twice as late (at most
+        HEADS_BACKOFF_MAX times heads_interval)."""
+        live = self.live
+        for topic in {p.topic for p in self.partitions.values() if p.address not in live}:
             if self._asks_heads(topic):
                 self.out.append(proto.encode(proto.GetHeadsMsg(topic, self.address)))
+        self.heads_asked += 1
+        self._heads_wait = min(self._heads_wait * 2, self.heads_interval * HEADS_BACKOFF_MAX)
+        self.heads_due = now + self._heads_wait
 
     def on_subscription(self, frame: bytes) -> None:
         """A subscription seen on our XPUB: a store reader that subscribes to
@@ -182,6 +217,8 @@ class ConsumerState(RecordIntake):
             self.record_prefixes[proto.record_prefix(proto.RECORD, topic, address, topic)] = p
             self.record_prefixes[proto.record_prefix(proto.DIRECT_RECORD, self.address, address, topic)] = p
             log.debug("consumer %s: new partition %s/%s from offset %d", self.address, topic, address, start)
+            if address not in self.live and self.heads_due is None:
+                self._watch_tails()  # a partition met through a store: its producer may be long gone
         return p
 
     # -- incoming -----------------------------------------------------------
@@ -343,9 +380,11 @@ class ConsumerState(RecordIntake):
     def tick(self, now: float) -> None:
         """Advance time; repeat a FETCH only when its partition has made no
         progress for ``fetch_retry`` (answers still flowing are not re-asked).
-        Only partitions in :attr:`awaiting` are looked at: with none, nothing
-        needs the clock."""
+        Only partitions in :attr:`awaiting` are looked at: with none and no
+        tail watch (:attr:`heads_due`), nothing needs the clock."""
         self.now = now
+        if self.heads_due is not None and now >= self.heads_due:
+            self._ask_tails(now)
         for p in list(self.awaiting):
             if p.head < p.next:
                 self.awaiting.discard(p)  # caught up

@@ -181,7 +181,11 @@ class PeerLinks:
 
     def __init__(self, sock: zmq.Socket) -> None:
         self.sock = sock
-        self.endpoints: set[str] = set()
+        self.endpoints: dict[str, str] = {}  # endpoint -> the sender address its beacon gave
+
+    def senders(self) -> set[str]:
+        """The addresses of the peers connected to."""
+        return set(self.endpoints.values())
 
     def __len__(self) -> int:
         return len(self.endpoints)
@@ -192,9 +196,9 @@ class PeerLinks:
         for event in Beacon.read_events(pipe):
             if event.kind == CONNECT:
                 if event.endpoint not in self.endpoints and connect(self.sock, event.endpoint):
-                    self.endpoints.add(event.endpoint)
+                    self.endpoints[event.endpoint] = event.sender
             elif event.endpoint in self.endpoints:
-                self.endpoints.discard(event.endpoint)
+                del self.endpoints[event.endpoint]
                 gone += 1
                 try:
                     self.sock.disconnect(event.endpoint)

@@ -59,6 +59,7 @@ EXPECTED_DEFAULTS = {
     "producer/fetch_inflight_bytes": 32 * 1024 * 1024,
     "consumer/fetch_max_bytes": 8 * 1024 * 1024,
     "consumer/fetch_retry": 1000,
+    "consumer/heads_interval": 1000,
     "consumer/max_buffered": 100000,
     "consumer/batches": True,
     "consumer/bulk": True,

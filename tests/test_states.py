@@ -309,11 +309,12 @@ def test_a_peer_leaving_makes_the_consumer_ask_the_stores_for_heads():
     state = ConsumerState(ME, reset="latest")
     state.subscribe("t")
     assert get_heads(state) == []  # latest: no partition of ours yet
-    state.peers_gone()
+    state.on_peers(set(), 1, 0.0)
     assert get_heads(state) == []
+    state.on_peers({P}, 0, 0.0)
     state.on_record_frames(*record(5))  # meets the partition live
     assert delivered(state) == [(5, b"5")]
-    state.peers_gone()
+    state.on_peers(set(), 1, 0.0)
     assert get_heads(state) == ["t"]
     state.on_frames(direct_head(9))  # the store holds 6..9 that never arrived here
     [fetch] = fetches(state)
@@ -359,3 +360,63 @@ def test_a_stalled_window_is_asked_again_with_the_size_of_what_it_brought():
     [again] = fetches(state)
     average = (100 * 100 + 10 * 100_000) // 110
     assert again.sequence == 110 and again.count == fetch_window(budget, average) < first.count // 5
+
+
+def test_tail_watch_asks_again_while_the_producer_is_gone_with_backoff():
+    """rfc 8.5, the tail watch.  The exact loss pattern of the flaky test:
+    the producer left, every HEAD after its last records was lost, and so was
+    the answer to the GET-HEADS sent when it left.  The consumer asks again
+    at 1, 2, 4 ... s (capped), until a store's answer shows the tail."""
+    state = ConsumerState(ME, reset="earliest", heads_interval=1.0)
+    state.subscribe("t")
+    get_heads(state)
+    state.on_peers({P}, 0, 0.0)
+    for seq in range(5):
+        state.on_record_frames(*record(seq))  # records 5..9 and every HEAD after them: lost
+    assert [s for s, _ in delivered(state)] == [0, 1, 2, 3, 4]
+    state.on_peers(set(), 1, 10.0)  # the producer's beacon expired
+    assert get_heads(state) == ["t"]  # ... and this GET-HEADS (or its answer) is lost too
+    asked = []
+    for now in [10.0 + i * 0.25 for i in range(1, 200)]:
+        state.tick(now)
+        if get_heads(state):
+            asked.append(now - 10.0)
+    assert asked[:5] == [1.0, 3.0, 7.0, 15.0, 31.0]  # doubling waits: 1, 2, 4, 8, 16 s
+    assert state.heads_asked == len(asked)
+    state.on_frames(direct_head(9))  # one answer gets through: the store holds 5..9
+    [fetch] = fetches(state)
+    assert (fetch.sequence, fetch.count) == (5, 5)
+    for seq in range(5, 10):
+        state.on_frames(proto.encode(proto.DirectRecordMsg(ME, P, "t", seq, b"%d" % seq)))
+    assert [s for s, _ in delivered(state)] == [5, 6, 7, 8, 9]
+
+
+def test_tail_watch_waits_at_most_64_intervals_and_stops_when_the_producer_is_back():
+    state = ConsumerState(ME, reset="earliest", heads_interval=0.5)
+    state.subscribe("t")
+    state.on_frames(direct_head(3))  # a partition met through a store: its producer is not connected
+    get_heads(state)
+    fetches(state)
+    assert state.heads_due == 0.5
+    now, waits, last = 0.0, [], 0.0
+    while len(waits) < 10:
+        now += 0.5
+        state.tick(now)
+        if get_heads(state):
+            waits.append(now - last)
+            last = now
+    assert waits[6:] == [32.0] * 4  # 0.5 s doubling, capped at 64 x 0.5 s
+    state.on_peers({P}, 0, now)  # the producer is live again: its HEADs will tell
+    assert state.heads_due is None
+    state.tick(now + 1000)
+    assert get_heads(state) == []
+    state.on_peers(set(), 1, now + 1000)  # gone again: ask at once, then from the first interval
+    assert get_heads(state) == ["t"] and state.heads_due == now + 1000.5
+
+
+def test_no_tail_watch_while_every_producer_is_live():
+    state = ConsumerState(ME, reset="earliest")
+    state.subscribe("t")
+    state.on_peers({P}, 0, 0.0)
+    state.on_record_frames(*record(0))
+    assert state.heads_due is None and not state.awaiting  # nothing needs the clock: idle at zero
