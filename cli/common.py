@@ -59,9 +59,10 @@ def _config_reason(exc: ConfigError) -> str:
     return str(exc)
 
 
-def common_options(*, pub_help: str, sub_help: str, tower_timeout: bool = True) -> Callable:
+def common_options(*, pub_help: str, sub_help: str, tower_timeout: bool = True, metrics: bool = False) -> Callable:
     """The reference's flags (-c, --pub, --sub, --verbose) plus -X/--set and,
-    for peers, --tower-timeout-ms."""
+    for peers, --tower-timeout-ms; with ``metrics``, --metrics-port and
+    --metrics-address."""
 
     def decorate(f: Callable) -> Callable:
         options = [
@@ -77,6 +78,14 @@ def common_options(*, pub_help: str, sub_help: str, tower_timeout: bool = True) 
             options.append(click.option(
                 "--tower-timeout-ms", type=click.IntRange(min=0), default=3000, show_default=True,
                 metavar="MS", help="Warn on stderr when no tower has answered after this long."))
+        if metrics:
+            options.append(click.option(
+                "--metrics-port", type=click.IntRange(1, 65535), metavar="PORT",
+                help="Serve Prometheus metrics at http://ADDRESS:PORT/metrics (dafka_... counters and gauges; "
+                     "README lists them)."))
+            options.append(click.option(
+                "--metrics-address", default="127.0.0.1", show_default=True, metavar="ADDRESS",
+                help="The interface --metrics-port listens on (0.0.0.0: every one)."))
         for option in reversed(options):
             f = option(f)
         return f
@@ -274,3 +283,25 @@ def exit_on_interrupt(f: Callable) -> Callable:
             sys.exit(exc.code)
 
     return wrapper
+
+
+# --------------------------------------------------------------------------
+# Metrics
+# --------------------------------------------------------------------------
+
+
+def serve_metrics(port: int | None, address: str) -> Any:
+    """With ``--metrics-port``: serve Prometheus metrics, before any peer
+    starts (a port in use fails the tool at once); returns the collector to
+    ``add`` the peers to, or None without the flag."""
+    if port is None:
+        return None
+    from dafka import metrics
+
+    try:
+        metrics.serve(port, address)
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise click.BadParameter(f"cannot serve metrics at {address}:{port}: {reason}",
+                                 param_hint="'--metrics-port' / '--metrics-address'") from None
+    return metrics.register()

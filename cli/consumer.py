@@ -22,6 +22,7 @@ from .common import (
     exit_on_interrupt,
     TowerWatch,
     common_options,
+    serve_metrics,
     load_config,
     raise_on_signals,
     say,
@@ -69,13 +70,14 @@ def _offset(ctx: click.Context, param: click.Parameter, value: str | None) -> st
 @common_options(
     pub_help="The tower's XPUB: beacon/pub_address (default tcp://127.0.0.1:5557).",
     sub_help="The tower's XSUB: beacon/sub_address (default tcp://127.0.0.1:5556).",
+    metrics=True,
 )
 @exit_on_interrupt
 def main(topics: tuple[str, ...], topic_opts: tuple[str, ...], from_beginning: bool, offset: str | int | None,
          partition: str | None, max_messages: int | None, timeout_ms: int | None, fmt: str | None,
          as_json: bool, value_format: str, offsets_file: str | None, quiet: bool,
          config_path: str | None, pub: str | None, sub: str | None, sets: list, verbose: bool,
-         tower_timeout_ms: int) -> None:
+         tower_timeout_ms: int, metrics_port: int | None, metrics_address: str) -> None:
     """Print the records of TOPIC, one line each: `topic partition value`.
 
     \b
@@ -117,6 +119,7 @@ def main(topics: tuple[str, ...], topic_opts: tuple[str, ...], from_beginning: b
     )
     setup_logging(verbose or bool(config["consumer/verbose"]))
     raise_on_signals()
+    collector = serve_metrics(metrics_port, metrics_address)
 
     warned: set[str] = set()
 
@@ -138,6 +141,8 @@ def main(topics: tuple[str, ...], topic_opts: tuple[str, ...], from_beginning: b
             consumer = Consumer(*names, config=config, offsets_path=offsets_file)
         except (ValueError, OSError) as exc:
             raise click.UsageError(str(exc)) from None
+        if collector is not None:
+            collector.add(consumer)
         watch = TowerWatch(lambda: consumer.connected, config["beacon/pub_address"], tower_timeout_ms).start()
         if start_at is not None:
             for topic in names:

@@ -35,6 +35,7 @@ from .common import (
     exit_on_interrupt,
     TowerWatch,
     common_options,
+    serve_metrics,
     load_config,
     raise_on_signals,
     say,
@@ -100,11 +101,12 @@ class _Progress:
 @common_options(
     pub_help="The tower's XPUB: beacon/pub_address (default tcp://127.0.0.1:5557).",
     sub_help="The tower's XSUB: beacon/sub_address (default tcp://127.0.0.1:5556).",
+    metrics=True,
 )
 @exit_on_interrupt
 def main(topics: tuple[str, ...], topic_opt: str | None, path: str | None, value_format: str,
          min_acks: int | None, quiet: bool, config_path: str | None, pub: str | None, sub: str | None,
-         sets: list, verbose: bool, tower_timeout_ms: int) -> None:
+         sets: list, verbose: bool, tower_timeout_ms: int, metrics_port: int | None, metrics_address: str) -> None:
     """Send each line of stdin (or --file) to TOPIC as one record; at EOF
     wait for the stores' acks (bounded by producer/close_timeout) and exit.
 
@@ -128,14 +130,17 @@ def main(topics: tuple[str, ...], topic_opt: str | None, path: str | None, value
     )
     setup_logging(verbose or bool(config["producer/verbose"]))
     raise_on_signals()
-    code = _produce(topic, config, path, value_format, quiet, tower_timeout_ms)
+    collector = serve_metrics(metrics_port, metrics_address)
+    code = _produce(topic, config, path, value_format, quiet, tower_timeout_ms, collector)
     if code:
         sys.exit(code)
 
 
-def _produce(topic, config, path, value_format, quiet, tower_timeout_ms) -> int:
+def _produce(topic, config, path, value_format, quiet, tower_timeout_ms, collector) -> int:
     try:
         producer = Producer(topic, config)
+        if collector is not None:
+            collector.add(producer)
     except ValueError as exc:
         raise click.UsageError(f"topic {topic!r}: {exc}") from None
     stream: BinaryIO = sys.stdin.buffer if path in (None, "-") else open(path, "rb")

@@ -19,6 +19,7 @@ from .common import (
     EXIT_FAILURE,
     TowerWatch,
     common_options,
+    serve_metrics,
     load_config,
     say,
     setup_logging,
@@ -40,10 +41,11 @@ STOP_TIMEOUT = 5.0  # seconds the clean shutdown may take
 @common_options(
     pub_help="The tower's XPUB: beacon/pub_address (default tcp://127.0.0.1:5557).",
     sub_help="The tower's XSUB: beacon/sub_address (default tcp://127.0.0.1:5556).",
+    metrics=True,
 )
 def main(db: str | None, retention_ms: int | None, retention_bytes: int | None, sync: bool | None,
          config_path: str | None, pub: str | None, sub: str | None, sets: list, verbose: bool,
-         tower_timeout_ms: int) -> None:
+         tower_timeout_ms: int, metrics_port: int | None, metrics_address: str) -> None:
     """Run a Dafka store: persist every record of every topic to LevelDB,
     acknowledge it to its producer, and serve replay to consumers.  Runs until
     SIGINT or SIGTERM.
@@ -61,6 +63,7 @@ def main(db: str | None, retention_ms: int | None, retention_bytes: int | None, 
     )
     setup_logging(verbose or bool(config["store/verbose"]))
     stop = stop_event_on_signals()
+    collector = serve_metrics(metrics_port, metrics_address)
     from dafka.store import Store, StoreError, StoreLocked
 
     path = config["store/db"]
@@ -73,6 +76,8 @@ def main(db: str | None, retention_ms: int | None, retention_bytes: int | None, 
         say(f"cannot open the database {os.path.abspath(path)}: {exc}")
         sys.exit(EXIT_FAILURE)
     stop.callbacks.append(store.request_stop)
+    if collector is not None:
+        collector.add(store)
     if stop.is_set():  # signalled while the database was opening
         store.stop(STOP_TIMEOUT)
         return

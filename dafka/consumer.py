@@ -233,7 +233,15 @@ class Consumer:
             "skipped": self._state.skipped,
             "peers": len(self._links),
             "heads_asked": self._state.heads_asked,
+            "delivered": self._state.delivered,
+            "delivered_bytes": self._state.delivered_bytes,
+            "fetches_sent": self._state.fetches_sent,
         }
+
+    def lags(self) -> dict[tuple[str, str], int]:
+        """(topic, partition) -> records known to exist past the position
+        (the known head minus the next offset), like Kafka's records-lag."""
+        return {key: max(0, p.head - p.next + 1) for key, p in list(self._state.partitions.items())}
 
     def close(self) -> None:
         with self._lock:

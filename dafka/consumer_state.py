@@ -87,6 +87,9 @@ class ConsumerState(RecordIntake):
         self.awaiting: set[Partition] = set()  # partitions that lack records known to exist: tick() looks at them
         self.skipped = 0
         self.now = 0.0
+        self.delivered = 0  # records put in the ready queue (counters for metrics)
+        self.delivered_bytes = 0
+        self.fetches_sent = 0
         # The tail watch (rfc 8.5): while a partition's producer is not among the peers we are
         # connected to, nothing tells us of records that came after its last HEAD that reached us.
         self.live: set[str] = set()  # addresses of the peers we are connected to
@@ -228,6 +231,8 @@ class ConsumerState(RecordIntake):
         if seq == p.next:
             self.ready.append(make_record((p.topic, p.address, seq, content)))
             p.next = seq + 1
+            self.delivered += 1
+            self.delivered_bytes += len(content)
             if seq > p.head:
                 p.head = seq  # live traffic: nothing pending, nothing to fetch
             else:
@@ -303,6 +308,8 @@ class ConsumerState(RecordIntake):
             del values[: start - first]
         self.ready.extend(records(p.topic, p.address, start, values))
         p.next = end
+        self.delivered += end - start
+        self.delivered_bytes += len(msg.contents) if start == first else sum(map(len, values))
         p.window_bytes += len(msg.contents)
         pending = p.pending
         if pending:
@@ -317,6 +324,8 @@ class ConsumerState(RecordIntake):
             self.ready.append(make_record((p.topic, p.address, seq, content)))
             p.next = seq + 1
             p.window_bytes += len(content)
+            self.delivered += 1
+            self.delivered_bytes += len(content)
             self._after_delivery(p, seq)
         elif seq > p.next:
             if seq > p.head:
@@ -334,8 +343,10 @@ class ConsumerState(RecordIntake):
             while nxt in pending:
                 content = pending.pop(nxt)
                 p.window_bytes += len(content)
+                self.delivered_bytes += len(content)
                 self.ready.append(make_record((p.topic, p.address, nxt, content)))
                 nxt += 1
+            self.delivered += nxt - p.next
             p.next = nxt
         if p.head >= p.next and p.next >= p.fetch_end:
             self._request(p)
@@ -373,6 +384,7 @@ class ConsumerState(RecordIntake):
         p.window_from, p.window_bytes = p.next, 0
         count = min(p.head - p.next + 1, FETCH_CHUNK, fetch_window(self.fetch_max_bytes, p.record_size))
         self.out.append(proto.encode(proto.FetchMsg(p.address, self.address, p.topic, p.next, count)))
+        self.fetches_sent += 1
         p.fetch_seq = p.next
         p.fetch_end = p.next + count
         p.fetched_at = self.now

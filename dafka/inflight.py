@@ -45,6 +45,7 @@ class InflightLedger:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
+        self.bytes_sent = 0  # every answer's bytes, ever (a counter for metrics)
         self._listeners: set[str] = set()
         self._bytes: dict[str, int] = {}
         # requester -> partition -> runs [first, end, nbytes] of sequences sent
@@ -90,6 +91,7 @@ class InflightLedger:
 
     def sent(self, requester: str, partition: Hashable, first: int, end: int, nbytes: int) -> None:
         """Sequences ``first .. end-1`` of ``partition`` went to ``requester``, ``nbytes`` in all."""
+        self.bytes_sent += nbytes
         if end <= first or requester not in self._listeners:
             return
         runs = self._runs.setdefault(requester, {}).setdefault(partition, [])

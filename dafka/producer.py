@@ -259,6 +259,11 @@ class Producer:
                 "peers": len(self._peers),  # connected to: every live peer but other dafka-py producers
                 "peers_seen": len(self._data.beacon.peers()),  # every live peer the towers report
                 "malformed": s.malformed,
+                "sent_bytes": s.published_bytes,
+                "fetches_received": s.fetches_received,
+                "records_answered": s.records_answered,
+                "bytes_answered": s.ledger.bytes_sent,
+                "inflight_bytes": s.ledger.total(),
                 "batches_sent": s.batches_sent,
                 "audience_records": int(s.audience.records),
                 "audience_batches": int(s.audience.batches),

@@ -55,6 +55,9 @@ class ProducerState:
         self.released = -1  # every sequence <= released is acked by min_acks stores
         self.store_acks: dict[str, int] = {}
         self.malformed = 0
+        self.published_bytes = 0
+        self.fetches_received = 0
+        self.records_answered = 0
         self.ledger = InflightLedger(fetch_inflight_bytes)
         self.bulk = bulk_answers.Negotiated()
         # Live records in batches (RECORDS) for the subscribers that read them.
@@ -100,6 +103,7 @@ class ProducerState:
             while len(buffer) > self.max_unacked or self.buffered_bytes > self.max_unacked_bytes:
                 self._drop_oldest()
         self.next_seq = seq + 1
+        self.published_bytes += size
         if self.audience.batches:
             batch = self.batch
             if not batch:
@@ -175,6 +179,7 @@ class ProducerState:
             self.malformed += 1  # its answers could not be addressed
             return
         requester = msg.address
+        self.fetches_received += 1
         self.ledger.received_below(requester, self.topic, msg.sequence)
         start = max(msg.sequence, self.base)
         end = min(msg.sequence + msg.count, self.next_seq)
@@ -249,6 +254,7 @@ class ProducerState:
                 else:
                     seq, spent = yield from self._direct_answer(requester, held, seq, stop, budget, room)
                 budget -= seq - first
+                self.records_answered += seq - first
                 ledger.sent(requester, self.topic, first, seq, spent)
             if seq >= stop:
                 del answers[requester]

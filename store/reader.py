@@ -162,6 +162,7 @@ class Reader(RoleThread):
         # counters
         self.malformed = 0
         self.fetches = 0  # FETCHes answered (at least one record or tail)
+        self.fetches_received = 0
         self.records_sent = 0
         self.bulk_messages = 0  # DIRECT-RECORDS and DIRECT-PARTITIONS sent
         self.paced = 0  # DIRECT-HEADs that told a requester without bulk answers to ask again
@@ -279,6 +280,11 @@ class Reader(RoleThread):
             return False
 
     @property
+    def bytes_served(self) -> int:
+        """Bytes of every FETCH answer sent, ever."""
+        return self._ledger.bytes_sent
+
+    @property
     def inflight_bytes(self) -> int:
         """Answer bytes sent and not yet shown received, every requester together."""
         return self._ledger.total()
@@ -357,6 +363,7 @@ class Reader(RoleThread):
     def _on_fetch(self, msg: proto.FetchMsg) -> None:
         if msg.address == self.writer_address or msg.count == 0:
             return
+        self.fetches_received += 1
         if not (keys.valid_name(keys.to_bytes(msg.subject)) and keys.valid_name(keys.to_bytes(msg.topic))):
             return
         try:

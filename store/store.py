@@ -164,6 +164,7 @@ class Store:
         failed = s.failed
         return {
             "records_written": s.records_written,
+            "bytes_written": s.bytes_written,
             "acks_sent": s.acks_sent,
             "fetches_sent": s.fetches_sent,
             "duplicates": s.duplicates,
@@ -175,6 +176,8 @@ class Store:
             "retention_deleted": w.retention_deleted,
             "fetch_answers": r.fetches,
             "records_served": r.records_sent,
+            "bytes_served": r.bytes_served,
+            "fetches_received": r.fetches_received,
             "bulk_messages": r.bulk_messages,
             "paced_heads": r.paced,
             "tails_sent": r.tails_sent,

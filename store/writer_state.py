@@ -87,13 +87,15 @@ class Partition:
 class Batch:
     """What to write in one LevelDB WriteBatch, and what to ACK once it is written."""
 
-    __slots__ = ("keys", "values", "acks", "records")
+    __slots__ = ("keys", "values", "acks", "records", "nbytes")
 
-    def __init__(self, keys_: list[bytes], values: list[bytes], acks: list[tuple[Partition, int]], records: int) -> None:
+    def __init__(self, keys_: list[bytes], values: list[bytes], acks: list[tuple[Partition, int]], records: int,
+                 nbytes: int) -> None:
         self.keys = keys_
         self.values = values
         self.acks = acks
         self.records = records
+        self.nbytes = nbytes  # record content bytes
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -128,6 +130,7 @@ class WriterState(RecordIntake):
         self.now = 0.0
         # counters
         self.records_written = 0
+        self.bytes_written = 0
         self.acks_sent = 0
         self.fetches_sent = 0
         self.duplicates = 0
@@ -387,6 +390,7 @@ class WriterState(RecordIntake):
             return None
         batch_keys, values = self._keys, self._values
         acks = []
+        nbytes = 0
         span = self.stamp_span_ms
         for p in touched:
             head8 = p.head.to_bytes(8, "big")
@@ -402,10 +406,11 @@ class WriterState(RecordIntake):
             batch_keys.append(p.stamp_prefix + p.stamp_first.to_bytes(8, "big"))
             values.append(keys.encode_stamp(p.head, unix_ms, p.stamp_bytes))
             p.total_bytes += p.batch_bytes
+            nbytes += p.batch_bytes
             acks.append((p, p.head))
             p.batch_first = -1
             p.batch_bytes = 0
-        batch = Batch(batch_keys, values, acks, self._staged)
+        batch = Batch(batch_keys, values, acks, self._staged, nbytes)
         self._keys, self._values, self._touched, self._staged = [], [], [], 0
         return batch
 
@@ -418,6 +423,7 @@ class WriterState(RecordIntake):
             out.append([p.ack_prefix + head.to_bytes(8, "big")])
         self.acks_sent += len(batch.acks)
         self.records_written += batch.records
+        self.bytes_written += batch.nbytes
         if self.failed is batch:
             self.failed = None
             log.warning("store writer %s: the database accepts writes again; %d records written",

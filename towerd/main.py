@@ -24,6 +24,7 @@ from dafka.cli.common import (
     CONTEXT_SETTINGS,
     EXIT_FAILURE,
     common_options,
+    serve_metrics,
     load_config,
     say,
     setup_logging,
@@ -41,8 +42,10 @@ _PEER_CHECK = 0.25  # seconds between looks at the live peers (logged with --ver
     pub_help="Where beacons go out: tower/pub_address (default tcp://*:5557).",
     sub_help="Where beacons come in: tower/sub_address (default tcp://*:5556).",
     tower_timeout=False,
+    metrics=True,
 )
-def main(config_path: str | None, pub: str | None, sub: str | None, sets: list, verbose: bool) -> None:
+def main(config_path: str | None, pub: str | None, sub: str | None, sets: list, verbose: bool,
+         metrics_port: int | None, metrics_address: str) -> None:
     """Run a Dafka tower: peers find each other through it (no record
     passes through it).  Runs until SIGINT or SIGTERM.
 
@@ -57,6 +60,7 @@ def main(config_path: str | None, pub: str | None, sub: str | None, sets: list, 
     )
     setup_logging(verbose or bool(config["tower/verbose"]))
     stop = stop_event_on_signals()
+    collector = serve_metrics(metrics_port, metrics_address)
     try:
         tower = Tower(config)
     except zmq.ZMQError as exc:
@@ -67,6 +71,8 @@ def main(config_path: str | None, pub: str | None, sub: str | None, sets: list, 
             f"tower/pub_address={config['tower/pub_address']}: {exc.strerror}")
         sys.exit(EXIT_FAILURE)
     say(f"beacons in {tower.sub_endpoint}, out {tower.pub_endpoint}")
+    if collector is not None:
+        collector.add(tower)
     tower.start()
     known: dict[str, str] = {}
     watch = log.isEnabledFor(logging.INFO)  # without --verbose nothing wakes while all is quiet
