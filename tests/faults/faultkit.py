@@ -261,6 +261,8 @@ class Cluster:
         except BaseException:
             missing = expected - self.delivered(name)
             print(f"consumer {name} misses {len(missing)} records, e.g. {sorted(missing)[:10]}")
+            for role in self.roles:  # what each peer counted, to tell where the records stopped
+                print(f"{role.kind} {role.name} stats: {role.stats()}")
             raise
 
     def tails(self) -> str:
