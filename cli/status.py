@@ -190,7 +190,8 @@ class StatusPeer:
                 survey.note_role(topic, "store-reader")
             elif sub.msg_id in (proto.ACK, proto.FETCH) and topic:
                 survey.note_role(topic, "producer")
-            elif sub.msg_id in (proto.DIRECT_HEAD, proto.STORE_HELLO) and topic:
+            elif sub.msg_id == proto.STORE_HELLO and topic:
+                # (DIRECT-HEAD tells nothing: a dafka-py store writer subscribes to it too, rfc 7.1)
                 survey.note_role(topic, "consumer")
             elif sub.msg_id == proto.DIRECT_RECORD and topic:
                 survey.note_role(topic, "direct")

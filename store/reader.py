@@ -232,7 +232,8 @@ class Reader(RoleThread):
             if kind is proto.FetchMsg:
                 self._on_fetch(msg)
             elif kind is proto.GetHeadsMsg:
-                self._send_heads(msg.address, msg.topic)
+                if msg.address != self.writer_address:  # our writer asks the other stores (rfc 7.1)
+                    self._send_heads(msg.address, msg.topic)
             elif kind is proto.ConsumerHelloMsg:
                 if msg.topic == self.address:
                     for subject in msg.subjects:

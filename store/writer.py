@@ -38,6 +38,12 @@ HOUSEKEEPING = 1.0  # seconds between write retries / retention passes
 FETCH_RETRY = 1.0  # seconds before a FETCH without progress is repeated
 
 
+# After a store reader connects (it subscribes to GET-HEADS on our data socket), our GET-HEADS rounds:
+# seconds from then.  The first finds what the stores hold; the others make up for a lost message.
+HEADS_ROUNDS = (0.0, 1.0, 5.0)
+_READER_ARRIVED = b"\x01" + proto.GET_HEADS
+
+
 class Writer(RoleThread):
     def __init__(self, ctx: zmq.Context, config: Config, db: SharedDB, address: str,
                  name: str = "store-writer") -> None:
@@ -53,9 +59,12 @@ class Writer(RoleThread):
         self.state = WriterState(address, fetch_retry=FETCH_RETRY)
         self.write_errors = 0
         self.retention_deleted = 0
+        self._heads_rounds: list = []  # the pending GET-HEADS rounds' timers
         self.last_error: str | None = None
         self._load()
-        self._pub = ctx.socket(zmq.PUB)
+        # An XPUB: each store reader that connects subscribes to GET-HEADS, and gets ours (rfc 7.1).
+        self._pub = ctx.socket(zmq.XPUB)
+        self._pub.setsockopt(zmq.XPUB_VERBOSE, 1)
         self._pub.sndhwm = hwm
         self._pub.linger = 500  # let the last ACKs out on stop
         self._sub = ctx.socket(zmq.SUB)
@@ -66,9 +75,11 @@ class Writer(RoleThread):
             proto.subscription(proto.HEAD),
             proto.subscription(proto.DIRECT_RECORD, address, exact=True),
             proto.subscription(proto.DIRECT_TAIL, address, exact=True),
+            proto.subscription(proto.DIRECT_HEAD, address, exact=True),
         ]
         if config["store/bulk"]:
             prefixes.append(proto.subscription(proto.DIRECT_RECORDS, address, exact=True))
+            prefixes.append(proto.subscription(proto.DIRECT_PARTITIONS, address, exact=True))
         if config["store/batches"]:
             prefixes.append(batching.WRITER_SUBSCRIPTION)
         for prefix in prefixes:
@@ -108,6 +119,7 @@ class Writer(RoleThread):
     def _run(self) -> None:
         loop = Loop()
         loop.add_reader(self._sub, self._on_sub)
+        loop.add_reader(self._pub, lambda sock: self._on_subscriptions(sock, loop))
         loop.add_reader(self._data.beacon.events, self._links.on_beacon)
         loop.add_reader(self._wake, self._on_wake)
         state = self.state
@@ -201,6 +213,24 @@ class Writer(RoleThread):
         for key in deletes:
             wb.delete(key)
         wb.write()
+
+    def _on_subscriptions(self, sock: zmq.Socket, loop: Loop) -> None:
+        """A store reader (a GET-HEADS subscriber) connected: ask the stores
+        for their heads now, and twice more in case a message was lost."""
+        fresh = False
+        while True:
+            try:
+                fresh = sock.recv(zmq.NOBLOCK) == _READER_ARRIVED or fresh
+            except zmq.Again:
+                break
+        if fresh:
+            for timer in self._heads_rounds:
+                timer.cancel()
+            self._heads_rounds = [loop.call_later(delay, self._ask_heads) for delay in HEADS_ROUNDS]
+
+    def _ask_heads(self) -> None:
+        self.state.ask_heads()
+        self._flush_out()
 
     def _flush_out(self) -> None:
         out = self.state.out

@@ -131,6 +131,7 @@ class WriterState(RecordIntake):
         # counters
         self.records_written = 0
         self.bytes_written = 0
+        self.heads_asked = 0
         self.acks_sent = 0
         self.fetches_sent = 0
         self.duplicates = 0
@@ -162,6 +163,14 @@ class WriterState(RecordIntake):
             p = self._add(subject, address, -1)
             log.debug("store writer %s: new partition %s/%s", self.address, subject, address)
         return p
+
+    def ask_heads(self) -> None:
+        """GET-HEADS for every topic (an empty subject), to the other stores:
+        a store that restarts empty, or missed records while it was down,
+        learns what they hold and FETCHes it, even from partitions whose
+        producers are gone (rfc 7.1)."""
+        self.out.append(proto.encode(proto.GetHeadsMsg("", self.address)))
+        self.heads_asked += 1
 
     def heads(self) -> dict[tuple[str, str], int]:
         """Written head of every partition that has one."""
@@ -221,6 +230,17 @@ class WriterState(RecordIntake):
             p = self._partition(msg.subject, msg.address)
             if p is not None:
                 self._on_head(p, msg.sequence)
+        elif kind is proto.DirectHeadMsg:
+            if msg.topic == self.address:  # another store's head, answering our GET-HEADS
+                p = self._partition(msg.subject, msg.address)
+                if p is not None:
+                    self._on_head(p, msg.sequence)
+        elif kind is proto.DirectPartitionsMsg:
+            if msg.topic == self.address:
+                for info in msg.partitions:
+                    p = self._partition(info.subject, info.address)
+                    if p is not None:
+                        self._on_head(p, info.head)
         elif kind is proto.DirectTailMsg:
             if msg.topic == self.address:
                 p = self._partition(msg.subject, msg.address)

@@ -207,7 +207,9 @@ def run_consumer(args) -> int:
             delivered += 1
         now = time.monotonic()
         if now >= next_stats:
-            stats.write(dict(consumer.stats(), delivered=delivered))
+            lags = consumer.lags()
+            stats.write(dict(consumer.stats(), delivered=delivered, lag_max=max(lags.values(), default=0),
+                             heads_due=consumer._state.heads_due, now=now))
             next_stats = now + 0.2
     consumer.close()
     stats.write(dict(consumer.stats(), delivered=delivered, closed=True))

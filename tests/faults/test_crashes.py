@@ -146,6 +146,31 @@ def test_store_with_a_wiped_database_refills_from_the_other_store(cluster, fault
     fault_report(report)
 
 
+def test_store_wiped_after_the_producer_left_refills_from_the_other_store(cluster, fault_report):
+    """Scenario 8b: the producer has gone, so no HEAD will ever tell a wiped
+    store what it lacks.  On restart its writer asks the other stores for
+    their heads (GET-HEADS, rfc 7.1) and FETCHes everything from them; then
+    the other store dies, and a consumer still gets every record."""
+    s1 = cluster.store("s8c")
+    s2 = cluster.store("s8d")
+    n = 5_000
+    producer = cluster.producer("p8b", TOPIC, count=n, rate=5_000, wait_peers=4, producer__min_acks=2)
+    assert producer.wait_exit(60) == 0, producer.tail()
+    plog = producer.producer_log()
+    assert len(plog.acked) == n
+    s2.kill()
+    shutil.rmtree(s2.db)
+    s2 = cluster.store("s8d", db=s2.db)
+    s2.wait_stat(lambda s: s.get("records_written", 0) >= n, 30, "refilled from s8c")
+    assert s1.stop() == 0
+    consumer = cluster.consumer("c8b", TOPIC)
+    cluster.wait_delivered("c8b", acked_keys(producer), 30)
+    assert consumer.stop() == 0 and s2.stop() == 0
+    report = check("8b wiped store refills, producer gone", [plog], cluster.consumer_runs(), {"s8d": s2.db},
+                   complete_stores=["s8d"])
+    fault_report(report)
+
+
 @pytest.mark.parametrize("small_disk", ["tmpfs", "injected"], indirect=True)
 def test_store_on_a_full_disk_stops_acking_and_resumes_when_space_returns(cluster, small_disk, fault_report):
     """Scenario 7: the store's database sits on a 4 MiB tmpfs (or, variant
