@@ -208,8 +208,7 @@ def run_consumer(args) -> int:
         now = time.monotonic()
         if now >= next_stats:
             lags = consumer.lags()
-            stats.write(dict(consumer.stats(), delivered=delivered, lag_max=max(lags.values(), default=0),
-                             heads_due=consumer._state.heads_due, now=now))
+            stats.write(dict(consumer.stats(), delivered=delivered, lag_max=max(lags.values(), default=0)))
             next_stats = now + 0.2
     consumer.close()
     stats.write(dict(consumer.stats(), delivered=delivered, closed=True))
