@@ -30,7 +30,7 @@ HEADS_BACKOFF_MAX = 64  # the tail watch's interval doubles up to this many time
 
 class Partition:
     __slots__ = ("topic", "address", "next", "head", "pending", "fetch_seq", "fetch_end", "fetched_at",
-                 "seen_next", "progress_at", "record_size", "window_from", "window_bytes")
+                 "seen_next", "progress_at", "record_size", "window_from", "window_bytes", "watched_next")
 
     def __init__(self, topic: str, address: str, next_offset: int) -> None:
         self.topic = topic
@@ -46,6 +46,7 @@ class Partition:
         self.record_size = -1  # estimated content size (-1: unknown), from what fetched windows brought
         self.window_from = next_offset  # ``next`` when the last FETCH went out...
         self.window_bytes = 0  # ...and the content bytes delivered since, below the head
+        self.watched_next = -1  # ``next`` at the tail watch's last round
 
     def forget_fetch(self) -> None:
         """Make the next :meth:`ConsumerState._request` go out whatever was asked before."""
@@ -154,14 +155,26 @@ class ConsumerState(RecordIntake):
 
     def _ask_tails(self, now: float) -> None:
         """The tail watch's turn: GET-HEADS for the topics whose partitions
-        have no live producer; the next turn comes twice as late (at most
-        HEADS_BACKOFF_MAX times heads_interval)."""
+        have no live producer.  The next turn comes heads_interval later
+        while those partitions still get records (their silence has not
+        begun), else twice as late as the last (at most HEADS_BACKOFF_MAX
+        times heads_interval)."""
         live = self.live
-        for topic in {p.topic for p in self.partitions.values() if p.address not in live}:
+        topics = set()
+        progress = False
+        for p in self.partitions.values():
+            if p.address not in live:
+                topics.add(p.topic)
+                progress = progress or p.next != p.watched_next
+                p.watched_next = p.next
+        for topic in topics:
             if self._asks_heads(topic):
                 self.out.append(proto.encode(proto.GetHeadsMsg(topic, self.address)))
         self.heads_asked += 1
-        self._heads_wait = min(self._heads_wait * 2, self.heads_interval * HEADS_BACKOFF_MAX)
+        if progress:
+            self._heads_wait = self.heads_interval
+        else:
+            self._heads_wait = min(self._heads_wait * 2, self.heads_interval * HEADS_BACKOFF_MAX)
         self.heads_due = now + self._heads_wait
 
     def on_subscription(self, frame: bytes) -> None:

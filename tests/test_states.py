@@ -381,7 +381,8 @@ def test_tail_watch_asks_again_while_the_producer_is_gone_with_backoff():
         state.tick(now)
         if get_heads(state):
             asked.append(now - 10.0)
-    assert asked[:5] == [1.0, 3.0, 7.0, 15.0, 31.0]  # doubling waits: 1, 2, 4, 8, 16 s
+    # the first round sees the records that came since the watch began: 1 s, then doubling waits 1, 2, 4, 8 s
+    assert asked[:5] == [1.0, 2.0, 4.0, 8.0, 16.0]
     assert state.heads_asked == len(asked)
     state.on_frames(direct_head(9))  # one answer gets through: the store holds 5..9
     [fetch] = fetches(state)
@@ -405,7 +406,7 @@ def test_tail_watch_waits_at_most_64_intervals_and_stops_when_the_producer_is_ba
         if get_heads(state):
             waits.append(now - last)
             last = now
-    assert waits[6:] == [32.0] * 4  # 0.5 s doubling, capped at 64 x 0.5 s
+    assert waits == [0.5, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 32.0, 32.0]  # doubling, capped at 64 x 0.5 s
     state.on_peers({P}, 0, now)  # the producer is live again: its HEADs will tell
     assert state.heads_due is None
     state.tick(now + 1000)
@@ -420,3 +421,24 @@ def test_no_tail_watch_while_every_producer_is_live():
     state.on_peers({P}, 0, 0.0)
     state.on_record_frames(*record(0))
     assert state.heads_due is None and not state.awaiting  # nothing needs the clock: idle at zero
+
+
+def test_tail_watch_asks_every_interval_while_records_still_come():
+    """Silence is what the watch waits out: while a gone producer's partition
+    still gets records (fetched from the stores), each round comes one
+    interval after the last; the doubling starts once they stop."""
+    state = ConsumerState(ME, reset="earliest", heads_interval=1.0)
+    state.subscribe("t")
+    state.on_frames(direct_head(100))  # met through a store
+    get_heads(state)
+    fetches(state)
+    asked, seq = [], 0
+    for step in range(1, 41):
+        now = step * 0.25
+        if now <= 5.0:  # records keep arriving for 5 s
+            state.on_frames(proto.encode(proto.DirectRecordMsg(ME, P, "t", seq, b"x")))
+            seq += 1
+        state.tick(now)
+        if get_heads(state):
+            asked.append(now)
+    assert asked == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0]  # silent from 5 s on: 1 s, then 2 s
