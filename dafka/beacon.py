@@ -271,7 +271,7 @@ class Beacon:
                 if control in ready:
                     return
                 if publisher in ready:
-                    self._drain_subscriptions(publisher)
+                    net.drain(publisher)
                     next_beacon = time.monotonic()
                     continue
                 if self._drain_tower(subscriber, out):
@@ -279,13 +279,6 @@ class Beacon:
         finally:
             for sock in (out, control, publisher, subscriber):
                 sock.close(0)
-
-    def _drain_subscriptions(self, publisher: zmq.Socket) -> None:
-        while True:
-            try:
-                publisher.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
 
     def _drain_tower(self, subscriber: zmq.Socket, out: zmq.Socket) -> bool:
         """Read every pending tower message; True if we should beacon now."""

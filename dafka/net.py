@@ -29,6 +29,18 @@ def inproc_endpoint(kind: str) -> str:
     return f"inproc://dafka-{kind}-{next(_inproc_serials)}"
 
 
+def drain(sock: zmq.Socket, wanted: bytes | None = None) -> bool:
+    """Read every one-frame message waiting on ``sock`` (a wake-up pipe, an
+    XPUB's subscriptions); returns whether one of them was ``wanted``."""
+    seen = False
+    while True:
+        try:
+            frame = sock.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return seen
+        seen = seen or frame == wanted
+
+
 def wake_pipe(ctx: zmq.Context, kind: str) -> tuple[zmq.Socket, zmq.Socket]:
     """A pipe that wakes a loop waiting on its sockets with no timeout: the
     loop polls the first end; another thread sends on the second."""

@@ -21,7 +21,7 @@ from . import batching, proto
 from .beacon import CONNECT, Beacon
 from .errors import BufferFull, Closed, FlushTimeout, RecordTooLarge
 from .loop import Loop
-from .net import wake_pipe
+from .net import drain, wake_pipe
 from .peer import ConfigLike, DataSocket, as_config, connect, is_tagged_producer, new_address, read_subscriptions
 from .peer import ZERO_COPY_BYTES
 from .peer import raw_send as _raw_send
@@ -352,13 +352,7 @@ class Producer:
             self._loop.call_later(delay, self._poll_subscriptions)
 
     def _drain_wake(self, sock: zmq.Socket) -> None:
-        linger = False
-        while True:
-            try:
-                linger = sock.recv(zmq.NOBLOCK) == _LINGER or linger
-            except zmq.Again:
-                break
-        if linger:
+        if drain(sock, _LINGER):
             self._loop.call_later(batching.LINGER, self._send_lingering)
 
     def _send_lingering(self) -> None:

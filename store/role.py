@@ -11,7 +11,7 @@ import zmq
 
 from dafka.beacon import Beacon
 from dafka.config import Config
-from dafka.net import wake_pipe
+from dafka.net import drain, wake_pipe
 from dafka.peer import DataSocket, PeerLinks
 
 
@@ -83,8 +83,4 @@ class RoleThread:
         return ended
 
     def _on_wake(self, sock: zmq.Socket) -> None:
-        while True:
-            try:
-                sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        drain(sock)

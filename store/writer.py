@@ -21,6 +21,7 @@ import zmq
 from dafka import batching, proto
 from dafka.config import Config
 from dafka.loop import Loop
+from dafka.net import drain
 from dafka.peer import drain_records
 
 from . import keys, retention
@@ -217,13 +218,7 @@ class Writer(RoleThread):
     def _on_subscriptions(self, sock: zmq.Socket, loop: Loop) -> None:
         """A store reader (a GET-HEADS subscriber) connected: ask the stores
         for their heads now, and twice more in case a message was lost."""
-        fresh = False
-        while True:
-            try:
-                fresh = sock.recv(zmq.NOBLOCK) == _READER_ARRIVED or fresh
-            except zmq.Again:
-                break
-        if fresh:
+        if drain(sock, _READER_ARRIVED):
             for timer in self._heads_rounds:
                 timer.cancel()
             self._heads_rounds = [loop.call_later(delay, self._ask_heads) for delay in HEADS_ROUNDS]
