@@ -64,16 +64,21 @@ class BeaconState:
     # the frames (sender, endpoint) of a beacon already decoded -> its peer (_SELF: our own)
     _raw: dict[tuple[bytes, bytes], "_Peer"] = field(default_factory=dict, repr=False)
 
+    def __post_init__(self) -> None:
+        self._replay_to = proto.REPLAY_END + self.sender.encode()
+
     def on_frames(self, frames: list[bytes], now: float) -> tuple[list[PeerEvent], bool]:
         """Handle one message from the tower; returns the events and whether
         our own beacon should go out at once (a peer we did not know)."""
         if frames == [proto.WELCOME]:
             self.welcomed = True
             return [], True
-        if len(frames) == 1 and frames[0] == proto.REPLAY_END + self.sender.encode():
-            self.welcomed = True
-            self.replays += 1
-            return [], False
+        if frames[0] == self._replay_to:
+            if len(frames) == 1:
+                self.welcomed = True
+                self.replays += 1
+                return [], False
+            frames = [proto.BEACON, *frames[1:]]  # a beacon the tower replayed to us alone (rfc 5.5)
         if len(frames) == 3 and frames[0] == proto.BEACON:
             # Every peer's beacon comes every beacon/interval: a known one only refreshes.
             known = self._raw.get((frames[1], frames[2]))

@@ -217,34 +217,46 @@ def test_wake_pipes_of_one_process_never_share_a_name():
         ctx.term()
 
 
-def test_tower_says_when_its_replay_for_a_new_peer_is_over(tower):
-    """rfc 5.5: after the beacons it replays for a new subscriber of B, a
-    dafka-py tower sends Z<address> to the subscriber of that address only;
-    a reference peer, which never subscribes to Z, gets nothing new."""
+def test_tower_replays_to_a_dafka_py_newcomer_alone_and_says_when_it_is_over(tower):
+    """rfc 5.5: a dafka-py peer subscribes to B, W and Z<address> together;
+    the tower replays the live peers' beacons to it alone (as Z<address>
+    messages), then sends the end marker.  A reference peer, which only
+    subscribes to B, still gets the replay as plain beacons, sent to every
+    listener, and never anything addressed to another peer."""
     ctx = zmq.Context.instance()
-    peers = [make_beacon(tower, f"{i:032X}", 41000 + i) for i in range(5)]
+    peers = [make_beacon(tower, f"{i:032X}", 41000 + i, interval_ms=60_000) for i in range(5)]
     newcomer, reference = ctx.socket(zmq.SUB), ctx.socket(zmq.SUB)
+    expected = {f"{i:032X}".encode() for i in range(5)}
     try:
         wait_for(lambda: len(tower.peers()) == 5, 5, what="five peers at the tower")
         reference.setsockopt(zmq.SUBSCRIBE, b"B")
         reference.setsockopt(zmq.SUBSCRIBE, b"W")
         reference.connect(tower.pub_endpoint)
+        replayed = set()
+        while replayed != expected:
+            assert reference.poll(5000), f"the reference listener's replay is incomplete: {replayed}"
+            frames = reference.recv_multipart()
+            if frames[0] == b"B":
+                replayed.add(frames[1])
+        marker = b"Z" + b"N" * 32
         newcomer.setsockopt(zmq.SUBSCRIBE, b"B")
         newcomer.setsockopt(zmq.SUBSCRIBE, b"W")
-        newcomer.setsockopt(zmq.SUBSCRIBE, b"Z" + b"N" * 32)
+        newcomer.setsockopt(zmq.SUBSCRIBE, marker)
         newcomer.connect(tower.pub_endpoint)
-        seen: set[bytes] = set()
+        seen = set()
         while True:
             assert newcomer.poll(5000), "no end-of-replay marker"
             frames = newcomer.recv_multipart()
-            if frames[0] == b"Z" + b"N" * 32:
+            if frames == [marker]:
                 break
-            if frames[0] == b"B":
+            if len(frames) == 3 and frames[0] in (b"B", marker):
                 seen.add(frames[1])
-        assert seen >= {f"{i:032X}".encode() for i in range(5)}, "the marker came before the replay"
-        time.sleep(0.2)
+        assert seen == expected, "the marker came before the replay"
+        time.sleep(0.3)
+        others = []
         while reference.poll(0):
-            assert reference.recv_multipart()[0][:1] in (b"B", b"W")
+            others.append(reference.recv_multipart())
+        assert others == [], "the newcomer's replay went to every listener"
     finally:
         newcomer.close(0)
         reference.close(0)

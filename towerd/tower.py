@@ -167,23 +167,41 @@ class Tower:
             self._close()
 
     def _on_subscriptions(self) -> None:
+        """New listeners get the live peers' beacons at once (rfc 5.5).  A
+        dafka-py peer subscribes to B and then to Z<its address>, which
+        arrive together: it gets the replay addressed to it alone, then the
+        end marker.  Any other new listener of B (a reference peer) makes a
+        replay to every listener, as a plain beacon would go."""
+        listeners = 0
+        newcomers: list[bytes] = []  # Z<address> of the dafka-py peers that subscribed
         while True:
             try:
                 frame = self._xpub.recv(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                break
             if len(frame) >= 2 and frame[1:2] == proto.WELCOME:
                 continue
             if len(frame) > 2 and frame[1:2] == proto.REPLAY_END:
-                if frame[:1] == b"\x01":  # the subscriber's B (and so its replay) came before: say it is over
-                    self._xpub.send(frame[1:])
+                if frame[:1] == b"\x01":
+                    newcomers.append(frame[1:])
                 continue
             self._xsub.send(frame)
-            if frame[:1] == b"\x01" and frame[1:2] in (b"", proto.BEACON):  # a new listener for beacons
-                with self._lock:
-                    replay = self.state.live(time.monotonic())
+            if frame[:1] == b"\x01" and frame[1:2] in (b"", proto.BEACON):
+                listeners += 1
+        if not listeners and not newcomers:
+            return
+        with self._lock:
+            replay = self.state.live(time.monotonic())
+        send = self._xpub.send_multipart
+        broadcast = listeners > len(newcomers)
+        if broadcast:
+            for frames in replay:
+                send(frames)
+        for marker in newcomers:
+            if not broadcast:
                 for frames in replay:
-                    self._xpub.send_multipart(frames)
+                    send([marker, *frames[1:]])
+            self._xpub.send(marker)  # after its replay: the end of it
 
     def _on_beacons(self) -> None:
         while True:
