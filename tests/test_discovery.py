@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import zmq
 
 from helpers import loopback_config, wait_for
@@ -274,3 +276,25 @@ def test_beacon_knows_when_the_towers_replay_is_over(tower):
     assert state.on_frames([b"Z" + b"T" * 32], 0.0) == ([], False) and state.replays == 0
     assert state.malformed == 1, "another peer's marker never reaches us: malformed"
     assert state.on_frames([b"Z" + b"S" * 32], 0.0) == ([], False) and state.replays == 1 and state.welcomed
+
+
+_FIRST = st.sampled_from([b"B", b"W", b"Z" + b"ME" * 16, b"Z" + b"OT" * 16, b"Z"]) | st.binary(max_size=40)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_FIRST, st.lists(st.binary(max_size=40), max_size=4)), min_size=1, max_size=6))
+def test_beacon_state_takes_any_frames_from_a_tower(messages):
+    """Fuzz: relayed beacons, replays addressed to us (rfc 5.5) and anything
+    else; the state never raises, reports only usable endpoints, and counts
+    what it drops."""
+    state = BeaconState("ME" * 16, 1.0, 4.0)
+    for first, rest in messages:
+        frames = [first, *rest]
+        before = state.malformed
+        events, _ = state.on_frames(frames, 0.0)
+        for event in events:
+            assert event.kind in (CONNECT, DISCONNECT) and event.endpoint.startswith("tcp://")
+        if frames in ([b"W"], [b"Z" + b"ME" * 16]):  # the welcome, the end of our replay
+            assert state.malformed == before and not events
+        elif not (len(frames) == 3 and frames[0] in (b"B", b"Z" + b"ME" * 16)):  # not a beacon: dropped, counted
+            assert state.malformed == before + 1 and not events
