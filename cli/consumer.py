@@ -31,7 +31,6 @@ from .common import (
 from .formats import FormatError, Printer, compile_format
 
 
-
 def _offset(ctx: click.Context, param: click.Parameter, value: str | None) -> str | int | None:
     if value is None:
         return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Iterable
 
 from . import batching, proto
 from . import bulk as bulk_answers
@@ -106,8 +107,7 @@ class ConsumerState(RecordIntake):
         if topic in self.topics:
             return []
         self.topics.append(topic)
-        if self._asks_heads(topic):
-            self.out.append(proto.encode(proto.GetHeadsMsg(topic, self.address)))
+        self._get_heads((topic,))
         prefixes = [proto.subscription(proto.RECORD, topic, exact=True), proto.subscription(proto.HEAD, topic, exact=True)]
         return prefixes + batching.consumer_subscriptions(topic) if self.batches else prefixes
 
@@ -127,6 +127,12 @@ class ConsumerState(RecordIntake):
         return self.earliest or any(t == topic for t, _ in self._positions) or any(
             t == topic for t, _ in self.partitions)
 
+    def _get_heads(self, topics: Iterable[str]) -> None:
+        """GET-HEADS for each of ``topics`` whose heads the stores should tell us."""
+        for topic in topics:
+            if self._asks_heads(topic):
+                self.out.append(proto.encode(proto.GetHeadsMsg(topic, self.address)))
+
     def _hello(self, reader: str) -> None:
         subjects = tuple(t for t in self.topics if self._asks_heads(t))
         self.out.append(proto.encode(proto.ConsumerHelloMsg(reader, self.address, subjects)))
@@ -139,9 +145,7 @@ class ConsumerState(RecordIntake):
         self.now = now
         self.live = live
         if gone:
-            for topic in self.topics:
-                if self._asks_heads(topic):
-                    self.out.append(proto.encode(proto.GetHeadsMsg(topic, self.address)))
+            self._get_heads(self.topics)
         self._watch_tails(restart=bool(gone))
 
     def _watch_tails(self, restart: bool = False) -> None:
@@ -167,9 +171,7 @@ class ConsumerState(RecordIntake):
                 topics.add(p.topic)
                 progress = progress or p.next != p.watched_next
                 p.watched_next = p.next
-        for topic in topics:
-            if self._asks_heads(topic):
-                self.out.append(proto.encode(proto.GetHeadsMsg(topic, self.address)))
+        self._get_heads(topics)
         self.heads_asked += 1
         if progress:
             self._heads_wait = self.heads_interval
@@ -276,14 +278,10 @@ class ConsumerState(RecordIntake):
         elif kind is proto.HeadMsg:
             if msg.subject in self.topics:
                 self._on_head(msg.subject, msg.address, msg.sequence)
-        elif kind is proto.DirectHeadMsg:
-            if msg.subject in self.topics and msg.topic == self.address:
-                self._on_store_head(msg.subject, msg.address, msg.sequence)
-        elif kind is proto.DirectPartitionsMsg:
-            if msg.topic == self.address:
-                for info in msg.partitions:
-                    if info.subject in self.topics and "\0" not in info.address:
-                        self._on_store_head(info.subject, info.address, info.head)
+        elif kind is proto.DirectHeadMsg or kind is proto.DirectPartitionsMsg:
+            for subject, address, head in self.store_heads(msg):
+                if subject in self.topics:
+                    self._on_store_head(subject, address, head)
         elif kind is proto.StoreHelloMsg:
             if msg.topic == self.address:
                 self._hello(msg.address)

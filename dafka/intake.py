@@ -50,6 +50,22 @@ class RecordIntake:
             log.debug("%s %s dropped a malformed message: %s", self.role, self.address, exc)
             return None
 
+    def store_heads(self, msg: Any) -> list[tuple[str, str, int]]:
+        """(subject, partition, head) of each partition a store's DIRECT-HEAD
+        or DIRECT-PARTITIONS addressed to us reports (none for any other
+        message); a partition address with a NUL could not be answered, and
+        is left out."""
+        kind = type(msg)
+        if msg.topic != self.address:
+            return []
+        if kind is proto.DirectHeadMsg:
+            entries = [(msg.subject, msg.address, msg.sequence)]
+        elif kind is proto.DirectPartitionsMsg:
+            entries = [(info.subject, info.address, info.head) for info in msg.partitions]
+        else:
+            return []
+        return [entry for entry in entries if "\0" not in entry[1]]
+
     def lone_header(self) -> None:
         """A known partition's record header arrived without its content frame."""
         self.malformed += 1

@@ -230,17 +230,11 @@ class WriterState(RecordIntake):
             p = self._partition(msg.subject, msg.address)
             if p is not None:
                 self._on_head(p, msg.sequence)
-        elif kind is proto.DirectHeadMsg:
-            if msg.topic == self.address:  # another store's head, answering our GET-HEADS
-                p = self._partition(msg.subject, msg.address)
+        elif kind is proto.DirectHeadMsg or kind is proto.DirectPartitionsMsg:
+            for subject, address, head in self.store_heads(msg):  # other stores' heads, answering our GET-HEADS
+                p = self._partition(subject, address)
                 if p is not None:
-                    self._on_head(p, msg.sequence)
-        elif kind is proto.DirectPartitionsMsg:
-            if msg.topic == self.address:
-                for info in msg.partitions:
-                    p = self._partition(info.subject, info.address)
-                    if p is not None:
-                        self._on_head(p, info.head)
+                    self._on_head(p, head)
         elif kind is proto.DirectTailMsg:
             if msg.topic == self.address:
                 p = self._partition(msg.subject, msg.address)
