@@ -65,6 +65,11 @@ def _offset(ctx: click.Context, param: click.Parameter, value: str | None) -> st
               help="msgpack: decode values and print them as JSON.")
 @click.option("--offsets-file", type=click.Path(dir_okay=False), metavar="PATH",
               help="Keep positions here; a restarted consumer resumes where it stopped.")
+@click.option("-g", "--group", metavar="NAME",
+              help="Join consumer group NAME: its members share the topics' partitions, and a partition that "
+                   "moves resumes from the group's last commit (kept by the stores). Commits every "
+                   "consumer/group/auto_commit_interval ms and on exit; which partitions this member reads "
+                   "is said on stderr as they move.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary on stderr at exit.")
 @common_options(
     pub_help="The tower's XPUB: beacon/pub_address (default tcp://127.0.0.1:5557).",
@@ -74,7 +79,7 @@ def _offset(ctx: click.Context, param: click.Parameter, value: str | None) -> st
 @exit_on_interrupt
 def main(topics: tuple[str, ...], topic_opts: tuple[str, ...], from_beginning: bool, offset: str | int | None,
          partition: str | None, max_messages: int | None, timeout_ms: int | None, fmt: str | None,
-         as_json: bool, value_format: str, offsets_file: str | None, quiet: bool,
+         as_json: bool, value_format: str, offsets_file: str | None, group: str | None, quiet: bool,
          config_path: str | None, pub: str | None, sub: str | None, sets: list, verbose: bool,
          tower_timeout_ms: int, metrics_port: int | None, metrics_address: str) -> None:
     """Print the records of TOPIC, one line each: `topic partition value`.
@@ -84,12 +89,19 @@ def main(topics: tuple[str, ...], topic_opts: tuple[str, ...], from_beginning: b
       dafka_console_consumer hello --from-beginning
       dafka_console_consumer --from-beginning hello --max-messages 10 --json
       dafka_console_consumer hello -f '%p %o %s\\n' --timeout-ms 5000
+      dafka_console_consumer orders --group billing --from-beginning
     """
     names = list(dict.fromkeys([*topics, *topic_opts]))
     if not names:
         raise click.UsageError("Missing argument 'TOPIC'.")
     if fmt is not None and as_json:
         raise click.UsageError("--format and --json do not go together.")
+    if group is not None and offsets_file is not None:
+        raise click.UsageError("--group and --offsets-file do not go together: a group keeps its offsets "
+                               "in the stores.")
+    if group is not None and partition is not None:
+        raise click.UsageError("--group and --partition do not go together: the group says which partitions "
+                               "this member reads.")
     if fmt is not None:
         try:
             compile_format(fmt)
@@ -137,9 +149,11 @@ def main(topics: tuple[str, ...], topic_opts: tuple[str, ...], from_beginning: b
     watch: TowerWatch | None = None
     try:
         try:
-            consumer = Consumer(*names, config=config, offsets_path=offsets_file)
+            consumer = Consumer(*names, config=config, offsets_path=offsets_file, **_group_options(group, quiet))
         except (ValueError, OSError) as exc:
             raise click.UsageError(str(exc)) from None
+        if group is not None and not quiet:
+            say(f"group {group}: member {consumer.address}")
         if collector is not None:
             collector.add(consumer)
         watch = TowerWatch(lambda: consumer.connected, config["beacon/pub_address"], tower_timeout_ms).start()
@@ -181,6 +195,19 @@ def main(topics: tuple[str, ...], topic_opts: tuple[str, ...], from_beginning: b
         say(f"Processed a total of {count} messages in {time.monotonic() - started:.2f}s")
     if code:
         sys.exit(code)
+
+
+def _group_options(group: str | None, quiet: bool) -> dict:
+    """The Consumer arguments of ``--group``: the partitions that move are said on stderr."""
+    if group is None:
+        return {}
+
+    def said(verb: str):
+        return lambda partitions: say(f"group {group}: {verb} " + (
+            ", ".join(f"{tp.topic}/{tp.partition}" for tp in partitions) or "nothing"))
+
+    return {"group": group, "on_assign": None if quiet else said("reading"),
+            "on_revoke": None if quiet else said("handing over")}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,11 +16,12 @@ _WHERE = {
     "BufferFull": "errors", "Closed": "errors", "DafkaError": "errors", "FlushTimeout": "errors",
     "RecordTooLarge": "errors", "Config": "config", "ConfigError": "config", "Consumer": "consumer",
     "Producer": "producer", "SendHandle": "producer", "Record": "records", "RecordMetadata": "records",
+    "TopicPartition": "records", "ConsumerRebalanceListener": "membership",
 }
 
 __all__ = [
-    "BufferFull", "Closed", "Config", "ConfigError", "Consumer", "DafkaError", "FlushTimeout",
-    "Producer", "Record", "RecordMetadata", "RecordTooLarge", "SendHandle",
+    "BufferFull", "Closed", "Config", "ConfigError", "Consumer", "ConsumerRebalanceListener", "DafkaError",
+    "FlushTimeout", "Producer", "Record", "RecordMetadata", "RecordTooLarge", "SendHandle", "TopicPartition",
 ]
 
 
@@ -41,5 +42,6 @@ if TYPE_CHECKING:
     from .config import Config, ConfigError
     from .consumer import Consumer
     from .errors import BufferFull, Closed, DafkaError, FlushTimeout, RecordTooLarge
+    from .membership import ConsumerRebalanceListener
     from .producer import Producer, SendHandle
-    from .records import Record, RecordMetadata
+    from .records import Record, RecordMetadata, TopicPartition

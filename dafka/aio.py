@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterable
 import zmq
 
 from .consumer import Consumer
+from .membership import Callback, ConsumerRebalanceListener
 from .errors import BufferFull, Closed, FlushTimeout
 from .peer import ConfigLike
 from .producer import Producer
@@ -116,11 +117,19 @@ class AsyncConsumer:
         value_deserializer: Callable[[bytes], Any] | None = None,
         offsets_path: str | None = None,
         ctx: zmq.Context | None = None,
+        group: str | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+        on_assign: Callback | None = None,
+        on_revoke: Callback | None = None,
+        enable_auto_commit: bool | None = None,
+        auto_commit_interval_ms: int | None = None,
     ) -> None:
         self._consumer = Consumer(*topics, config=config, address=address, value_deserializer=value_deserializer,
-                                  offsets_path=offsets_path, ctx=ctx)
+                                  offsets_path=offsets_path, ctx=ctx, group=group, listener=listener,
+                                  on_assign=on_assign, on_revoke=on_revoke, enable_auto_commit=enable_auto_commit,
+                                  auto_commit_interval_ms=auto_commit_interval_ms)
         # async for takes records straight off the ready queue while nothing is to be done per record.
-        self._fast = value_deserializer is None and offsets_path is None
+        self._fast = value_deserializer is None and offsets_path is None and group is None
         self._state = self._consumer._state
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sockets: list[zmq.Socket] = []
@@ -215,7 +224,7 @@ class AsyncConsumer:
 
     async def __anext__(self) -> Record:
         """The next record for ``async for`` (which ends when the consumer is closed)."""
-        ready = self._state.ready  # read each time: seek() replaces the queue
+        ready = self._state.ready
         if ready and self._fast:
             return ready.popleft()
         try:
@@ -284,6 +293,16 @@ class AsyncConsumer:
 
     def stats(self) -> dict[str, int]:
         return self._consumer.stats()
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._consumer.assignment()
+
+    async def commit(self, offsets: dict[tuple[str, str], int] | None = None) -> None:
+        """Commit for the group, as :meth:`dafka.Consumer.commit` (a coroutine, as in aiokafka)."""
+        self._consumer.commit(offsets)
+
+    async def committed(self, partition: str, topic: str | None = None) -> int | None:
+        return self._consumer.committed(partition, topic)
 
 
 class SendFuture:

@@ -328,6 +328,14 @@ define("consumer/batches", "bool", 1,
 define("consumer/bulk", "bool", 1,
        "ask dafka-py stores and producers for FETCH answers in bulk (DIRECT-RECORDS, DIRECT-PARTITIONS); "
        "0 = RFC 46 answers only")
+define("consumer/group/auto_commit", "bool", 1,
+       "a group member commits the positions it has returned every auto_commit_interval, when partitions "
+       "move away from it and when it closes (kafka-python's enable_auto_commit)")
+define("consumer/group/auto_commit_interval", "int", 5000, "how often a group member commits on its own",
+       minimum=1, unit=_MS)
+define("consumer/group/join_wait", "int", 200,
+       "once the tower has told a new group member of the live peers, how long it listens to the group's "
+       "heartbeats (and reads the stored commits) before it reads its share", minimum=0, unit=_MS)
 define("store/sync", "bool", 0, "fsync every write to the database")
 define("store/fetch_inflight_bytes", "int", 33554432,
        "FETCH answers queued for one requester and not yet shown received by its next FETCH; "

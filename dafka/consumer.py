@@ -18,10 +18,12 @@ import zmq
 
 from .consumer_state import ConsumerState
 from .errors import Closed
+from .group import Key, offsets_topic
 from .loop import Loop
+from .membership import Callback, ConsumerRebalanceListener, Membership
 from .offsets import OffsetJournal
 from .peer import ConfigLike, DataSocket, PeerLinks, as_config, drain_records, new_address
-from .records import Record
+from .records import Record, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,14 @@ class Consumer:
 
     >>> with Consumer("weather", config={"consumer/offset/reset": "earliest"}) as c:
     ...     record = c.poll(timeout=5)
+
+    With ``group``, the consumer is a member of that consumer group: the
+    members share the topics' partitions, each read by one of them, and a
+    partition that moves resumes from the group's last commit (rfc/dafka.md
+    section 14).  ``listener`` (a :class:`ConsumerRebalanceListener`), or
+    ``on_assign`` and ``on_revoke``, are told of the partitions that move;
+    ``enable_auto_commit`` and ``auto_commit_interval_ms`` default to
+    ``consumer/group/auto_commit`` and ``consumer/group/auto_commit_interval``.
     """
 
     def __init__(
@@ -49,11 +59,33 @@ class Consumer:
         value_deserializer: Callable[[bytes], Any] | None = None,
         offsets_path: str | None = None,
         ctx: zmq.Context | None = None,
+        group: str | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+        on_assign: Callback | None = None,
+        on_revoke: Callback | None = None,
+        enable_auto_commit: bool | None = None,
+        auto_commit_interval_ms: int | None = None,
     ) -> None:
         self.config = as_config(config)
         c = self.config
         self.address = address or new_address()
         self.value_deserializer = value_deserializer
+        self._ctx = ctx or zmq.Context.instance()
+        self._group = None
+        if group is not None:
+            if offsets_path:
+                raise ValueError("offsets_path and group exclude each other: a group keeps its offsets in the stores")
+            if listener is not None:
+                on_assign, on_revoke = listener.on_partitions_assigned, listener.on_partitions_revoked
+            interval = c["consumer/group/auto_commit_interval"] if auto_commit_interval_ms is None \
+                else auto_commit_interval_ms
+            if interval < 1:
+                raise ValueError(f"auto_commit_interval_ms must be at least 1, got {interval}")
+            self._group = Membership(
+                self, _group_name(group), on_assign=on_assign, on_revoke=on_revoke,
+                auto_commit=bool(c["consumer/group/auto_commit"] if enable_auto_commit is None else enable_auto_commit),
+                auto_commit_interval=interval / 1000.0,
+            )
         self._journal = OffsetJournal(offsets_path) if offsets_path else None
         self._state = ConsumerState(
             self.address,
@@ -65,11 +97,11 @@ class Consumer:
             bulk=c["consumer/bulk"],
             batches=c["consumer/batches"],
             heads_interval=c["consumer/heads_interval"] / 1000.0,
+            group=self._group.state if self._group else None,
         )
         self._lock = threading.Lock()
         self._closed = False
         self._last: list[Record] = []  # what the previous poll/consume returned (offsets file only)
-        self._ctx = ctx or zmq.Context.instance()
         self._xpub = self._ctx.socket(zmq.XPUB)
         self._xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
         self._xpub.sndhwm = c["consumer/high_watermark"]
@@ -79,6 +111,9 @@ class Consumer:
         self._sub.linger = 0
         for prefix in self._state.own_subscriptions():
             self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
+        if self._group is not None:
+            for prefix in self._state.subscribe(self._group.offsets_topic, sink=self._group.inbox):
+                self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
         self._data = DataSocket(self._ctx, c, self._xpub, self.address, "consumer")
         self._links = PeerLinks(self._data.secure(self._sub))
         self._loop = Loop()
@@ -111,7 +146,34 @@ class Consumer:
             self._flush_out()
 
     def subscription(self) -> list[str]:
-        return list(self._state.topics)
+        return [t for t in self._state.topics if t not in self._state.sinks]
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions this member of a group reads now (without a group: every one met)."""
+        with self._lock:
+            if self._group is not None:
+                return self._group.assignment()
+            return {TopicPartition(*key) for key in self._state.partitions if key[0] not in self._state.sinks}
+
+    def commit(self, offsets: dict[tuple[str, str], int] | None = None) -> None:
+        """Commit, for the group, the position of every partition this member
+        reads (the offset after the last record returned), or the given
+        ``{(topic, partition): next offset}``: a member that takes one of
+        them over resumes there.  Needs a group."""
+        with self._lock:
+            self._check_open()
+            if self._group is None:
+                raise ValueError("commit needs a consumer group (Consumer(..., group=NAME)); "
+                                 "without one, offsets_path keeps the positions")
+            self._group.commit(offsets={tuple(k): v for k, v in offsets.items()} if offsets else None)
+            self._flush_out()
+
+    def committed(self, partition: str, topic: str | None = None) -> int | None:
+        """The group's last committed offset of a partition as this member knows it (None: none)."""
+        with self._lock:
+            if self._group is None:
+                return None
+            return self._group.state.committed.get((topic or self._topic_of(partition), partition))
 
     def poll(self, timeout: float | None = None) -> Record | None:
         """The next record, or None after ``timeout`` seconds (None: wait forever)."""
@@ -164,6 +226,8 @@ class Consumer:
             raise Closed("consumer is closed")
         if self._journal is not None:
             self._commit_last()
+        if self._group is not None:
+            self._group.commit_if_due()
         return self._state.ready
 
     def _serve(self, timeout: float | None) -> int:
@@ -202,9 +266,10 @@ class Consumer:
         with self._lock:
             self._check_open()
             topic = topic or self._topic_of(partition)
-            self._state.ready = type(self._state.ready)(
-                r for r in self._state.ready if (r.topic, r.partition) != (topic, partition)
-            )
+            ready = self._state.ready
+            kept = [r for r in ready if (r.topic, r.partition) != (topic, partition)]
+            ready.clear()
+            ready.extend(kept)
             self._state.seek(topic, partition, offset)
             self._flush_out()
 
@@ -220,10 +285,14 @@ class Consumer:
     def positions(self) -> dict[tuple[str, str], int]:
         """Next offset to return for every known (topic, partition)."""
         with self._lock:
-            positions = self._state.positions()
-            for r in reversed(self._state.ready):
-                positions[(r.topic, r.partition)] = r.offset
-            return positions
+            return self._positions()
+
+    def _positions(self) -> dict[Key, int]:
+        sinks = self._state.sinks
+        positions = {key: offset for key, offset in self._state.positions().items() if key[0] not in sinks}
+        for r in reversed(self._state.ready):
+            positions[(r.topic, r.partition)] = r.offset
+        return positions
 
     def stats(self) -> dict[str, int]:
         return {
@@ -236,17 +305,22 @@ class Consumer:
             "delivered": self._state.delivered,
             "delivered_bytes": self._state.delivered_bytes,
             "fetches_sent": self._state.fetches_sent,
+            **(self._group.stats() if self._group is not None else {}),
         }
 
     def lags(self) -> dict[tuple[str, str], int]:
         """(topic, partition) -> records known to exist past the position
         (the known head minus the next offset), like Kafka's records-lag."""
-        return {key: max(0, p.head - p.next + 1) for key, p in list(self._state.partitions.items())}
+        sinks = self._state.sinks
+        return {key: max(0, p.head - p.next + 1) for key, p in list(self._state.partitions.items())
+                if key[0] not in sinks}
 
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
+            if self._group is not None:
+                self._group.close()
             self._closed = True
             self._commit_last()
             if self._journal is not None:
@@ -288,6 +362,8 @@ class Consumer:
         self._last = []
 
     def _flush_out(self) -> None:
+        if self._group is not None:
+            self._group.settle()
         out = self._state.out
         if out:
             for frames in out:
@@ -325,3 +401,12 @@ class Consumer:
             except zmq.Again:
                 return
             self._state.on_subscription(frame)
+
+
+def _group_name(group: str) -> str:
+    """A group name that fits the wire: a topic of the offsets topic's name, a GROUP-MEMBER's topic."""
+    if not group or "\0" in group:
+        raise ValueError(f"group name must be non-empty without NUL, got {group!r}")
+    if len(offsets_topic(group).encode()) > 255:
+        raise ValueError(f"group name {group!r} is too long: at most {255 - len(offsets_topic(''))} bytes")
+    return group

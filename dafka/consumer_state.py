@@ -19,6 +19,7 @@ from collections.abc import Iterable
 
 from . import batching, proto
 from . import bulk as bulk_answers
+from .group import GroupState
 from .inflight import fetch_window, mean_size
 from .intake import RecordIntake
 from .records import Record, make_record, records
@@ -31,9 +32,11 @@ HEADS_BACKOFF_MAX = 64  # the tail watch's interval doubles up to this many time
 
 class Partition:
     __slots__ = ("topic", "address", "next", "head", "pending", "fetch_seq", "fetch_end", "fetched_at",
-                 "seen_next", "progress_at", "record_size", "window_from", "window_bytes", "watched_next")
+                 "seen_next", "progress_at", "record_size", "window_from", "window_bytes", "watched_next",
+                 "sink")
 
-    def __init__(self, topic: str, address: str, next_offset: int) -> None:
+    def __init__(self, topic: str, address: str, next_offset: int, sink: deque[Record]) -> None:
+        self.sink = sink  # where its records are delivered: the ready queue, or an internal topic's own
         self.topic = topic
         self.address = address
         self.next = next_offset  # the next sequence to deliver
@@ -70,6 +73,7 @@ class ConsumerState(RecordIntake):
         bulk: bool = True,
         batches: bool = True,
         heads_interval: float = 1.0,
+        group: GroupState | None = None,
     ) -> None:
         super().__init__()
         if reset not in ("latest", "earliest"):
@@ -99,13 +103,24 @@ class ConsumerState(RecordIntake):
         self.heads_due: float | None = None  # when to ask the stores for the heads again (None: no watch)
         self._heads_wait = heads_interval
         self.heads_asked = 0  # GET-HEADS rounds the tail watch sent
+        # In a consumer group, the partitions of our topics are read only once the group assigns
+        # them (:meth:`start`); internal topics (the group's offsets) are read whole, from the
+        # earliest record, into queues of their own.
+        self.group = group
+        self.sinks: dict[str, deque[Record]] = {}
 
     # -- subscriptions ------------------------------------------------------
 
-    def subscribe(self, topic: str) -> list[bytes]:
-        """Subscribe to ``topic``; returns the SUB prefixes to add."""
+    def subscribe(self, topic: str, sink: deque[Record] | None = None) -> list[bytes]:
+        """Subscribe to ``topic``; returns the SUB prefixes to add.  With a
+        ``sink`` it is an internal topic: every partition is read from the
+        earliest record into ``sink``, never into :attr:`ready`."""
         if topic in self.topics:
             return []
+        if sink is not None:
+            self.sinks[topic] = sink
+        elif self.group is not None:
+            self.group.subscribe(topic, self.now)
         self.topics.append(topic)
         self._get_heads((topic,))
         prefixes = [proto.subscription(proto.RECORD, topic, exact=True), proto.subscription(proto.HEAD, topic, exact=True)]
@@ -118,13 +133,16 @@ class ConsumerState(RecordIntake):
             proto.subscription(msg_id, self.address, exact=True)
             for msg_id in (proto.DIRECT_RECORD, proto.DIRECT_HEAD, proto.STORE_HELLO, proto.DIRECT_TAIL)
         ]
+        if self.group is not None:
+            prefixes.append(proto.subscription(proto.GROUP_MEMBER, self.group.group, exact=True))
         return prefixes + bulk_answers.subscriptions(self.address) if self.bulk else prefixes
 
     def _asks_heads(self, topic: str) -> bool:
         """Whether stores should tell us ``topic``'s heads: always from the
         earliest offset; with ``latest`` only for partitions we have a
         position for (an offsets file), whose producers may be gone."""
-        return self.earliest or any(t == topic for t, _ in self._positions) or any(
+        return self._earliest(topic) or self.group is not None or any(
+            t == topic for t, _ in self._positions) or any(
             t == topic for t, _ in self.partitions)
 
     def _get_heads(self, topics: Iterable[str]) -> None:
@@ -191,6 +209,9 @@ class ConsumerState(RecordIntake):
             return
         if sub.msg_id == proto.CONSUMER_HELLO and sub.topic:
             self._hello(sub.topic)
+        elif sub.msg_id == proto.GROUP_MEMBER:
+            if self.group is not None and sub.topic == self.group.group:
+                self.group.on_subscription(self.now)
         elif sub.msg_id == proto.FETCH or not sub.msg_id:
             # A producer (``F<address>``) or a store reader (``F``) has just
             # connected: a FETCH sent before that was lost, send it again now
@@ -221,30 +242,74 @@ class ConsumerState(RecordIntake):
     def _knows(self, topic: str, address: str) -> bool:
         """Whether a store's DIRECT-HEAD may open this partition."""
         key = (topic, address)
-        return self.earliest or key in self.partitions or key in self._positions
+        return self._earliest(topic) or key in self.partitions or key in self._positions or (
+            self.group is not None and topic not in self.sinks)
 
-    def _partition(self, topic: str, address: str, seq: int) -> Partition:
-        key = (topic, address)
-        p = self.partitions.get(key)
+    def _earliest(self, topic: str) -> bool:
+        return self.earliest or topic in self.sinks
+
+    def _partition(self, topic: str, address: str, seq: int) -> Partition | None:
+        """The partition a message is about, opened at first sight; None if
+        the consumer's group has not assigned it to us (told to the group)."""
+        p = self.partitions.get((topic, address))
         if p is None:
-            start = self._positions.pop(key, None)
-            if start is None:
-                start = 0 if self.earliest else seq
-            p = Partition(topic, address, start)
-            self.partitions[key] = p
-            self.record_prefixes[proto.record_prefix(proto.RECORD, topic, address, topic)] = p
-            self.record_prefixes[proto.record_prefix(proto.DIRECT_RECORD, self.address, address, topic)] = p
-            log.debug("consumer %s: new partition %s/%s from offset %d", self.address, topic, address, start)
-            if address not in self.live and self.heads_due is None:
-                self._watch_tails()  # a partition met through a store: its producer may be long gone
+            group = self.group
+            if group is not None and topic not in self.sinks and (topic, address) not in group.owned:
+                group.meet(topic, address, seq, self.now)
+                return None
+            p = self._open(topic, address, seq)
         return p
+
+    def _open(self, topic: str, address: str, seq: int) -> Partition:
+        key = (topic, address)
+        start = self._positions.pop(key, None)
+        if start is None:
+            start = 0 if self._earliest(topic) else seq
+        p = Partition(topic, address, start, self.sinks.get(topic, self.ready))
+        self.partitions[key] = p
+        self.record_prefixes[proto.record_prefix(proto.RECORD, topic, address, topic)] = p
+        self.record_prefixes[proto.record_prefix(proto.DIRECT_RECORD, self.address, address, topic)] = p
+        log.debug("consumer %s: new partition %s/%s from offset %d", self.address, topic, address, start)
+        if address not in self.live and self.heads_due is None:
+            self._watch_tails()  # a partition met through a store: its producer may be long gone
+        return p
+
+    def start(self, topic: str, partition: str, offset: int | None, head: int) -> None:
+        """Read a partition the group assigned to us from ``offset`` (None:
+        as ``consumer/offset/reset`` says; ``latest`` starts at ``head``, the
+        highest sequence met), fetching up to ``head`` (-1: not known yet;
+        with ``latest`` and no offset, it opens when first met)."""
+        if (topic, partition) in self.partitions or (offset is None and head < 0 and not self._earliest(topic)):
+            return
+        if offset is not None:
+            self._positions[(topic, partition)] = offset
+        p = self._open(topic, partition, head)
+        if head > p.head:
+            p.head = head
+        self._request(p)
+
+    def stop(self, topic: str, partition: str) -> None:
+        """Stop reading a partition (the group moved it): forget it and drop
+        its records that wait in the ready queue."""
+        p = self.partitions.pop((topic, partition), None)
+        if p is None:
+            return
+        self.record_prefixes.pop(proto.record_prefix(proto.RECORD, topic, partition, topic), None)
+        self.record_prefixes.pop(proto.record_prefix(proto.DIRECT_RECORD, self.address, partition, topic), None)
+        self.awaiting.discard(p)
+        ready = self.ready
+        if any(r.partition == partition and r.topic == topic for r in ready):
+            kept = [r for r in ready if r.partition != partition or r.topic != topic]
+            ready.clear()
+            ready.extend(kept)
+        self._watch_tails()
 
     # -- incoming -----------------------------------------------------------
 
     def on_known_record_frames(self, p: Partition, frame: bytes, content: bytes) -> None:
         seq = int.from_bytes(frame[-8:], "big")
         if seq == p.next:
-            self.ready.append(make_record((p.topic, p.address, seq, content)))
+            p.sink.append(make_record((p.topic, p.address, seq, content)))
             p.next = seq + 1
             self.delivered += 1
             self.delivered_bytes += len(content)
@@ -268,13 +333,15 @@ class ConsumerState(RecordIntake):
         if kind is proto.RecordMsg or kind is proto.DirectRecordMsg:
             if msg.subject not in self.topics or (kind is proto.DirectRecordMsg and msg.topic != self.address):
                 return
-            self._on_record(self._partition(msg.subject, msg.address, msg.sequence), msg.sequence, msg.content)
-        elif kind is proto.DirectRecordsMsg:
-            if msg.subject in self.topics and msg.topic == self.address:
-                self._on_records(self._partition(msg.subject, msg.address, msg.sequence), msg)
-        elif kind is proto.RecordsMsg:
-            if msg.subject in self.topics and msg.topic == msg.subject:
-                self._on_records(self._partition(msg.subject, msg.address, msg.sequence), msg)
+            p = self._partition(msg.subject, msg.address, msg.sequence)
+            if p is not None:
+                self._on_record(p, msg.sequence, msg.content)
+        elif kind is proto.DirectRecordsMsg or kind is proto.RecordsMsg:
+            to = self.address if kind is proto.DirectRecordsMsg else msg.subject
+            if msg.subject in self.topics and msg.topic == to:
+                p = self._partition(msg.subject, msg.address, msg.sequence)
+                if p is not None:
+                    self._on_records(p, msg)
         elif kind is proto.HeadMsg:
             if msg.subject in self.topics:
                 self._on_head(msg.subject, msg.address, msg.sequence)
@@ -287,7 +354,12 @@ class ConsumerState(RecordIntake):
                 self._hello(msg.address)
         elif kind is proto.DirectTailMsg:
             if msg.topic == self.address and msg.subject in self.topics:
-                self._on_tail(self._partition(msg.subject, msg.address, msg.sequence), msg.sequence)
+                p = self._partition(msg.subject, msg.address, msg.sequence)
+                if p is not None:
+                    self._on_tail(p, msg.sequence)
+        elif kind is proto.GroupMemberMsg:
+            if self.group is not None:
+                self.group.on_member(msg, self.now)
 
     def _on_store_head(self, topic: str, address: str, seq: int) -> None:
         """A store's head of a partition (DIRECT-HEAD, or an entry of DIRECT-PARTITIONS)."""
@@ -296,6 +368,8 @@ class ConsumerState(RecordIntake):
 
     def _on_head(self, topic: str, address: str, seq: int) -> None:
         p = self._partition(topic, address, seq)
+        if p is None:
+            return
         if seq > p.head:
             p.head = seq
         self._request(p)
@@ -317,7 +391,7 @@ class ConsumerState(RecordIntake):
         start = p.next
         if start > first:
             del values[: start - first]
-        self.ready.extend(records(p.topic, p.address, start, values))
+        p.sink.extend(records(p.topic, p.address, start, values))
         p.next = end
         self.delivered += end - start
         self.delivered_bytes += len(msg.contents) if start == first else sum(map(len, values))
@@ -332,7 +406,7 @@ class ConsumerState(RecordIntake):
         if p.record_size < 0:
             p.record_size = len(content)
         if seq == p.next:
-            self.ready.append(make_record((p.topic, p.address, seq, content)))
+            p.sink.append(make_record((p.topic, p.address, seq, content)))
             p.next = seq + 1
             p.window_bytes += len(content)
             self.delivered += 1
@@ -355,7 +429,7 @@ class ConsumerState(RecordIntake):
                 content = pending.pop(nxt)
                 p.window_bytes += len(content)
                 self.delivered_bytes += len(content)
-                self.ready.append(make_record((p.topic, p.address, nxt, content)))
+                p.sink.append(make_record((p.topic, p.address, nxt, content)))
                 nxt += 1
             self.delivered += nxt - p.next
             p.next = nxt

@@ -59,6 +59,9 @@ DIRECT_PARTITIONS = b"P"
 # ...and a live stream of records in batches, which a producer sends to the
 # dafka-py consumers and stores that subscribed to it (``S<topic>`` NUL, ``S``).
 RECORDS = b"S"
+# ...and the heartbeat of a consumer group's member (rfc section 14), which only the members of
+# its group (``J<group>`` NUL) and observers of every group (``J``) subscribe to.
+GROUP_MEMBER = b"J"
 
 # Tower / beacon frames.
 BEACON = b"B"
@@ -250,6 +253,34 @@ class DirectPartitionsMsg:
     endpoint: str = ""  # where the reader takes requests without a tower (its bound SUB); "" = nowhere
 
 
+NO_OFFSET = 2**64 - 1  # a GROUP-MEMBER entry of a partition with no committed offset
+
+
+@dataclass(frozen=True, slots=True)
+class GroupEntry:
+    """One partition in a GROUP-MEMBER: the member reads it (or, ``released``,
+    has just handed it over), and ``offset`` is the next offset to read as
+    the member last committed it (:data:`NO_OFFSET`: never committed)."""
+
+    subject: str
+    address: str
+    offset: int
+    released: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMemberMsg:
+    """GROUP-MEMBER (extension, rfc section 14): a consumer group member's
+    heartbeat. topic = group name; address = the member's consumer address;
+    ``subjects`` the topics it reads; ``leaving`` set in its last one."""
+
+    topic: str
+    address: str
+    subjects: tuple[str, ...] = ()
+    entries: tuple[GroupEntry, ...] = ()
+    leaving: bool = False
+
+
 Message = Union[
     RecordMsg,
     DirectRecordMsg,
@@ -264,6 +295,7 @@ Message = Union[
     DirectRecordsMsg,
     DirectPartitionsMsg,
     RecordsMsg,
+    GroupMemberMsg,
 ]
 
 MESSAGE_IDS: dict[type, bytes] = {
@@ -280,6 +312,7 @@ MESSAGE_IDS: dict[type, bytes] = {
     DirectRecordsMsg: DIRECT_RECORDS,
     DirectPartitionsMsg: DIRECT_PARTITIONS,
     RecordsMsg: RECORDS,
+    GroupMemberMsg: GROUP_MEMBER,
 }
 
 
@@ -312,6 +345,17 @@ def _u32(value: int, field: str) -> bytes:
     if not 0 <= value <= MAX_COUNT:
         raise ValueError(f"{field} {value} is outside 0..2^32-1")
     return value.to_bytes(4, "big")
+
+
+def _strings(values: Sequence[str]) -> bytes:
+    """A ``strings`` field: a u32 count, then each as a u32 length and its bytes."""
+    parts = [_u32(len(values), "subjects count")]
+    for value in values:
+        raw = _b(value)
+        if len(raw) > MAX_STRING:
+            raise ValueError(f"subject is {len(raw)} bytes long; at most {MAX_STRING}")
+        parts.append(len(raw).to_bytes(4, "big") + raw)
+    return b"".join(parts)
 
 
 def _header(msg_id: bytes, topic: str) -> bytes:
@@ -352,13 +396,18 @@ def encode(msg: Message) -> list[bytes]:
     if kind is GetHeadsMsg or kind is StoreHelloMsg:
         return [_header(MESSAGE_IDS[kind], msg.topic) + _string(msg.address, "address")]
     if kind is ConsumerHelloMsg:
-        parts = [_header(CONSUMER_HELLO, msg.topic), _string(msg.address, "address")]
-        parts.append(_u32(len(msg.subjects), "subjects count"))
-        for subject in msg.subjects:
-            raw = _b(subject)
-            if len(raw) > MAX_STRING:
-                raise ValueError(f"subject is {len(raw)} bytes long; at most {MAX_STRING}")
-            parts.append(len(raw).to_bytes(4, "big") + raw)
+        return [_header(CONSUMER_HELLO, msg.topic) + _string(msg.address, "address") + _strings(msg.subjects)]
+    if kind is GroupMemberMsg:
+        parts = [
+            _header(GROUP_MEMBER, msg.topic),
+            _string(msg.address, "address"),
+            bytes((1 if msg.leaving else 0,)),
+            _strings(msg.subjects),
+            _u32(len(msg.entries), "entries count"),
+        ]
+        for entry in msg.entries:
+            parts.append(_string(entry.subject, "subject") + _string(entry.address, "address")
+                         + _u64(entry.offset, "offset") + bytes((1 if entry.released else 0,)))
         return [b"".join(parts)]
     if kind is DirectRecordsMsg or kind is RecordsMsg:
         count = msg.count
@@ -563,6 +612,8 @@ def decode(frames: Sequence[bytes]) -> Message:
         subjects = r.strings("subjects")
         r.end()
         return ConsumerHelloMsg(topic, address, subjects)
+    if msg_id == GROUP_MEMBER:
+        return _decode_group_member(r, topic)
     address = r.string("address")
     r.end()
     cls = GetHeadsMsg if msg_id == GET_HEADS else StoreHelloMsg
@@ -598,6 +649,28 @@ def _decode_records(cls: type, r: _Reader, topic: str, frames: Sequence[bytes]) 
     return cls(topic, address, subject, seq, lengths, contents, stamps)
 
 
+def _decode_group_member(r: _Reader, topic: str) -> GroupMemberMsg:
+    address = r.string("address")
+    (flags,) = r.take(1, "flags")
+    if flags > 1:
+        raise MalformedMessage(f"GROUP-MEMBER flags {flags}, expected 0 or 1")
+    subjects = r.strings("subjects")
+    count = r.u32("entries count")
+    if count > (len(r.buf) - r.pos) // 11:  # each entry takes at least 1 + 1 + 8 + 1 bytes
+        raise MalformedMessage(f"frame truncated in entries: {count} entries announced")
+    entries = []
+    for _ in range(count):
+        subject = r.string("subject")
+        partition = r.string("address")
+        offset = r.u64("offset")
+        (released,) = r.take(1, "entry state")
+        if released > 1:
+            raise MalformedMessage(f"GROUP-MEMBER entry state {released}, expected 0 or 1")
+        entries.append(GroupEntry(subject, partition, offset, bool(released)))
+    r.end()
+    return GroupMemberMsg(topic, address, subjects, tuple(entries), bool(flags))
+
+
 _NAMES = {
     RECORD: "RECORD",
     DIRECT_RECORD: "DIRECT-RECORD",
@@ -612,6 +685,7 @@ _NAMES = {
     DIRECT_RECORDS: "DIRECT-RECORDS",
     DIRECT_PARTITIONS: "DIRECT-PARTITIONS",
     RECORDS: "RECORDS",
+    GROUP_MEMBER: "GROUP-MEMBER",
 }
 
 

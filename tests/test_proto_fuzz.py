@@ -187,6 +187,33 @@ def test_store_hello_round_trip(msg):
     _round_trip(msg)
 
 
+group_entries = st.lists(
+    st.builds(proto.GroupEntry, strings, strings, sequences, st.booleans()), max_size=8).map(tuple)
+
+
+@ROUND_TRIP
+@given(st.builds(proto.GroupMemberMsg, topics, strings, subject_lists, group_entries, st.booleans()))
+@example(proto.GroupMemberMsg("", ""))
+@example(proto.GroupMemberMsg("billing", "c-1", ("orders",),
+                              (proto.GroupEntry("orders", "p-1", proto.NO_OFFSET, True),), leaving=True))
+def test_group_member_round_trip(msg):
+    _round_trip(msg)
+
+
+@given(st.builds(proto.GroupMemberMsg, topics, strings, subject_lists, group_entries, st.booleans()),
+       st.integers(0, 400), st.binary(min_size=1, max_size=4))
+def test_decode_damaged_group_member(msg, at, garbage):
+    """A GROUP-MEMBER cut short, grown or overwritten decodes to a message or
+    raises MalformedMessage, nothing else."""
+    frame = proto.encode(msg)[0]
+    at = min(at, len(frame))
+    for damaged in (frame[:at], frame + garbage, frame[:at] + garbage + frame[at + len(garbage):]):
+        try:
+            assert isinstance(proto.decode([damaged]), proto.Message.__args__)
+        except proto.MalformedMessage:
+            pass
+
+
 @st.composite
 def direct_records(draw):
     """A DIRECT-RECORDS of 1..40 records (extension), with stamps in ascending order."""

@@ -1,0 +1,247 @@
+"""The consumer group's state machine (dafka/group.py), without sockets:
+heartbeats and time go in, assignments and heartbeats come out."""
+
+from __future__ import annotations
+
+import msgpack
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dafka import proto
+from dafka.group import GroupState, decode_commits, encode_commits
+
+GROUP = "billing"
+TOPIC = "orders"
+TIMEOUT = 5.0
+
+
+def member(address: str, now: float = 0.0, topics=(TOPIC,)) -> GroupState:
+    state = GroupState(GROUP, address, interval=1.0, timeout=TIMEOUT, join_wait=0.2, now=now)
+    for topic in topics:
+        state.subscribe(topic, now)
+    return state
+
+
+def join(state: GroupState, now: float = 0.0) -> float:
+    """Tick until the state reads its share (the tower replayed, the offsets are loaded)."""
+    state.tick(now, peers_replayed=True, offsets_loaded=True)
+    now += 0.2
+    state.tick(now, peers_replayed=True, offsets_loaded=True)
+    assert state.ready
+    return now
+
+
+def heartbeat(state: GroupState) -> proto.GroupMemberMsg:
+    return proto.decode(state.heartbeat())
+
+
+def exchange(states: list[GroupState], now: float) -> None:
+    """Every member hears every other's heartbeat."""
+    for sender in states:
+        msg = heartbeat(sender)
+        for receiver in states:
+            receiver.on_member(msg, now)
+
+
+def settle(states: list[GroupState], now: float) -> None:
+    """Run the members' handovers until nothing moves (the consumer's part: start and stop)."""
+    for _ in range(10):
+        exchange(states, now)
+        moved = False
+        for s in states:
+            if s.revoked:
+                keys, s.revoked = s.revoked, []
+                s.released_by_us(keys, now)
+                moved = True
+            if s.assigned:
+                s.assigned = []
+                moved = True
+        if not moved:
+            exchange(states, now)
+            return
+
+
+def partitions(n: int) -> list[str]:
+    return [f"P{i:02d}" for i in range(n)]
+
+
+def test_a_lone_member_waits_for_its_view_then_reads_every_partition():
+    state = member("A")
+    for p in partitions(4):
+        state.meet(TOPIC, p, 9, 0.0)
+    state.tick(0.1, peers_replayed=False, offsets_loaded=True)
+    assert not state.ready and not state.assigned  # the tower has not told it of the live peers yet
+    state.tick(0.2, peers_replayed=True, offsets_loaded=True)
+    state.tick(0.3, peers_replayed=True, offsets_loaded=False)
+    assert not state.ready  # join_wait has passed, but the stored commits are still being read
+    state.tick(0.45, peers_replayed=True, offsets_loaded=True)
+    assert state.ready and sorted(state.assigned) == [(TOPIC, p) for p in partitions(4)]
+
+
+def test_the_offsets_topic_is_waited_for_at_most_the_timeout():
+    state = member("A")
+    state.tick(0.0, peers_replayed=True, offsets_loaded=False)
+    state.tick(TIMEOUT - 0.1, peers_replayed=True, offsets_loaded=False)
+    assert not state.ready
+    state.tick(TIMEOUT, peers_replayed=True, offsets_loaded=False)
+    assert state.ready
+
+
+def test_members_agree_and_no_member_reads_more_than_its_share():
+    states = [member(a) for a in "ABC"]
+    for s in states:
+        for p in partitions(12):
+            s.meet(TOPIC, p, 0, 0.0)
+        join(s)
+    settle(states, 1.0)
+    owners = {}
+    for s in states:
+        for key in s.owned:
+            assert key not in owners
+            owners[key] = s.address
+    assert len(owners) == 12
+    assert sorted(len(s.owned) for s in states) == [4, 4, 4]
+    assert all(s.owner(key) == owner for s in states for key, owner in owners.items())
+
+
+def test_a_newcomer_waits_for_the_reader_to_release_and_resumes_at_its_final_commit():
+    old, new = member("A"), member("B")
+    for p in partitions(2):
+        old.meet(TOPIC, p, 50, 0.0)
+        new.meet(TOPIC, p, 50, 0.0)
+    join(old)
+    old.assigned.clear()
+    assert old.owned == {(TOPIC, p) for p in partitions(2)}
+    # B joins: it hears A's heartbeat (A reads both) before it reads its share.
+    new.on_member(heartbeat(old), 1.0)
+    join(new, 1.0)
+    moving = {key for key in old.owned if new.owner(key) == "B"}
+    assert moving and not new.assigned and set(new.waiting) == moving  # A still reads it: B waits
+    # A hears B, is told to stop, commits, and releases.
+    old.on_member(heartbeat(new), 1.3)
+    assert set(old.revoked) == moving
+    old.commit({key: 42 for key in moving}, 1.3)
+    old.released_by_us(old.revoked, 1.3)
+    old.revoked.clear()
+    new.on_member(heartbeat(old), 1.31)
+    assert set(new.assigned) == moving and not new.waiting
+    assert all(new.committed[key] == 42 for key in moving)
+
+
+def test_a_reader_that_never_releases_loses_the_partition_after_the_timeout():
+    old, new = member("A"), member("B")
+    for s in (old, new):
+        for p in partitions(2):
+            s.meet(TOPIC, p, 0, 0.0)
+    join(old)
+    new.on_member(heartbeat(old), 1.0)
+    join(new, 1.0)
+    moving = set(new.waiting)
+    assert moving
+    new.on_member(heartbeat(old), 3.0)  # still alive, still reading it
+    new.tick(3.0, peers_replayed=True, offsets_loaded=True)
+    assert not new.assigned
+    assert new.next_due() <= 1.2 + TIMEOUT
+    new.on_member(heartbeat(old), 1.2 + TIMEOUT)
+    new.tick(1.2 + TIMEOUT, peers_replayed=True, offsets_loaded=True)
+    assert set(new.assigned) == moving
+
+
+def test_a_silent_member_expires_after_the_timeout_and_its_partitions_move():
+    a, b = member("A"), member("B")
+    for s in (a, b):
+        for p in partitions(6):
+            s.meet(TOPIC, p, 0, 0.0)
+        join(s)
+    settle([a, b], 0.5)
+    b.commit({key: 7 for key in b.owned}, 0.5)
+    a.on_member(heartbeat(b), 0.6)  # B's last heartbeat, with its commits
+    held_by_b = set(b.owned)
+    for now in (1.6, 2.6, 3.6, 4.6, 0.6 + TIMEOUT - 0.01):  # A ticks at least every interval, as its consumer does
+        a.tick(now, peers_replayed=True, offsets_loaded=True)
+    assert not a.assigned
+    a.tick(0.6 + TIMEOUT, peers_replayed=True, offsets_loaded=True)
+    assert set(a.assigned) == held_by_b
+    assert all(a.committed[key] == 7 for key in held_by_b)
+
+
+def test_a_leaving_member_hands_over_at_once():
+    a, b = member("A"), member("B")
+    for s in (a, b):
+        for p in partitions(6):
+            s.meet(TOPIC, p, 0, 0.0)
+        join(s)
+    settle([a, b], 0.5)
+    held_by_b = set(b.owned)
+    b.commit({key: 3 for key in held_by_b}, 0.6)
+    a.on_member(proto.decode(b.leave()), 0.7)
+    assert set(a.assigned) == held_by_b and "B" not in a.members
+    assert all(a.committed[key] == 3 for key in held_by_b)
+
+
+def test_a_member_that_was_stopped_gives_everything_up_and_joins_again():
+    a = member("A")
+    a.meet(TOPIC, "P1", 0, 0.0)
+    join(a)
+    a.assigned.clear()
+    a.tick(1.0, peers_replayed=True, offsets_loaded=True)
+    a.tick(1.0 + TIMEOUT + 1, peers_replayed=True, offsets_loaded=True)  # SIGSTOP, then SIGCONT
+    assert a.revoked == [(TOPIC, "P1")] and not a.ready
+    a.released_by_us(a.revoked, 7.0)
+    a.revoked.clear()
+    a.tick(7.2, peers_replayed=True, offsets_loaded=True)
+    assert a.ready and a.assigned == [(TOPIC, "P1")]
+
+
+def test_members_of_other_groups_and_topics_do_not_count():
+    a = member("A")
+    a.meet(TOPIC, "P1", 0, 0.0)
+    a.on_member(proto.GroupMemberMsg("other", "X", (TOPIC,)), 0.0)
+    a.on_member(proto.GroupMemberMsg(GROUP, "Y", ("weather",)), 0.0)
+    join(a)
+    assert a.owner((TOPIC, "P1")) == "A" and "X" not in a.members
+
+
+def test_commits_only_go_forward_and_only_for_what_we_read():
+    a = member("A")
+    a.meet(TOPIC, "P1", 0, 0.0)
+    join(a)
+    assert a.commit({(TOPIC, "P1"): 10, (TOPIC, "P2"): 5}, 1.0) == {(TOPIC, "P1"): 10}
+    assert a.commit({(TOPIC, "P1"): 4}, 1.0) == {}
+    assert a.heartbeat_due == 1.0  # commits are heartbeated at once
+    entry = heartbeat(a).entries[0]
+    assert (entry.address, entry.offset, entry.released) == ("P1", 10, False)
+
+
+def test_the_offsets_topic_records_round_trip_and_bad_ones_are_counted():
+    offsets = {(TOPIC, "P1"): 5, ("weather", "P2"): 0}
+    assert decode_commits(encode_commits("A", offsets)) == ("A", offsets)
+    a = member("A")
+    a.on_offsets([encode_commits("B", {(TOPIC, "P1"): 9}), b"junk", msgpack.packb(["A", [[TOPIC, "P1", -1]]]),
+                  msgpack.packb([1, []]), encode_commits("C", {(TOPIC, "P1"): 3})])
+    assert a.committed == {(TOPIC, "P1"): 9} and a.malformed == 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.text(alphabet="ABCDEF0123456789", min_size=1, max_size=8), min_size=1, max_size=6),
+       st.sets(st.text(alphabet="0123456789ABCDEF", min_size=1, max_size=32), min_size=0, max_size=40))
+def test_any_agreed_view_gives_every_partition_one_owner_within_its_share(members, names):
+    states = [member(a) for a in sorted(members)]
+    for s in states:
+        for p in names:
+            s.meet(TOPIC, p, 0, 0.0)
+        join(s)
+    exchange(states, 0.5)
+    plans = [{(TOPIC, p): s.owner((TOPIC, p)) for p in names} for s in states]
+    assert all(plan == plans[0] for plan in plans)
+    share = -(-len(names) // len(states))
+    loads = {s.address: sum(1 for o in plans[0].values() if o == s.address) for s in states}
+    assert set(plans[0].values()) <= set(members) and max(loads.values(), default=0) <= share
+
+
+@given(st.lists(st.binary(max_size=64), max_size=8))
+def test_any_offsets_record_is_taken_or_counted(values):
+    a = member("A")
+    a.on_offsets(values)
+    assert a.malformed <= len(values)
+    assert all(isinstance(o, int) and o >= 0 for o in a.committed.values())
