@@ -19,6 +19,10 @@ the Dafka way: the tool joins the mesh for a moment as a consumer peer.
    is up.
 4. After ``--wait-ms`` it prints the peers and a table: topic, partition,
    store head (highest over the stores), the last HEAD of the live producer.
+
+With ``--groups`` it also subscribes ``J`` (every consumer group's
+GROUP-MEMBER heartbeat, rfc section 14), which members answer at once, and
+prints each group's members and the partitions each reads instead.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class Survey:
     roles: dict[str, set[str]] = field(default_factory=dict)  # address -> roles
     store_heads: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)  # (topic, partition) -> reader -> seq
     producer_heads: dict[tuple[str, str], int] = field(default_factory=dict)
+    groups: dict[str, dict[str, proto.GroupMemberMsg]] = field(default_factory=dict)  # group -> member -> heartbeat
 
     def note_role(self, address: str, role: str) -> None:
         self.roles.setdefault(address, set()).add(role)
@@ -82,6 +87,21 @@ class Survey:
         order = {"producer": 0, "consumer": 1, "store-writer": 2, "store-reader": 3, "?": 4}
         return sorted(rows, key=lambda r: (order[r["role"]], r["address"]))
 
+    def group_rows(self) -> list[dict]:
+        rows = []
+        for group, members in sorted(self.groups.items()):
+            for address, msg in sorted(members.items()):
+                rows.append({
+                    "group": group,
+                    "member": address,
+                    "topics": list(msg.subjects),
+                    "partitions": [
+                        {"topic": e.subject, "partition": e.address,
+                         "committed": None if e.offset == proto.NO_OFFSET else e.offset}
+                        for e in msg.entries if not e.released],
+                })
+        return rows
+
     def partition_rows(self) -> list[dict]:
         rows = []
         for key in sorted(set(self.store_heads) | set(self.producer_heads)):
@@ -97,8 +117,9 @@ class Survey:
 
 
 class StatusPeer:
-    def __init__(self, config, topic: str | None) -> None:
+    def __init__(self, config, topic: str | None, groups: bool = False) -> None:
         self.config = config
+        self.groups = groups
         self.ctx = zmq.Context()
         self.address = new_address()
         self.survey = Survey(self.address, topic)
@@ -166,6 +187,8 @@ class StatusPeer:
                     sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(msg_id, self.address, exact=True))
                 topic = self.survey.topic
                 sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.HEAD, topic or "", exact=topic is not None))
+                if self.groups:
+                    sock.setsockopt(zmq.SUBSCRIBE, proto.GROUP_MEMBER)
                 if not connect(sock, event.endpoint):
                     sock.close(0)
                     continue
@@ -224,6 +247,13 @@ class StatusPeer:
                 survey.note_role(msg.address, "producer")
                 if msg.subject not in self.asked:
                     new_topics.append(msg.subject)
+            elif kind is proto.GroupMemberMsg:
+                members = survey.groups.setdefault(msg.topic, {})
+                if msg.leaving:
+                    members.pop(msg.address, None)
+                else:
+                    members[msg.address] = msg
+                survey.note_role(msg.address, "consumer")
             elif kind is proto.StoreHelloMsg and msg.topic == self.address:
                 survey.note_role(msg.address, "store-reader")
                 hello = True
@@ -238,18 +268,23 @@ class StatusPeer:
 @click.option("--wait-ms", type=click.IntRange(min=1), default=1000, show_default=True, metavar="MS",
               help="How long to collect answers once the tower answered.")
 @click.option("-J", "--json", "as_json", is_flag=True, help="One JSON document instead of tables.")
+@click.option("--groups", is_flag=True,
+              help="Show the consumer groups instead: each group's live members, the topics they read, and the "
+                   "partitions each member reads with the offset it last committed.")
 @common_options(
     pub_help="The tower's XPUB: beacon/pub_address (default tcp://127.0.0.1:5557).",
     sub_help="The tower's XSUB: beacon/sub_address (default tcp://127.0.0.1:5556).",
 )
-def status(topic: str | None, wait_ms: int, as_json: bool, config_path: str | None, pub: str | None,
+def status(topic: str | None, wait_ms: int, as_json: bool, groups: bool, config_path: str | None, pub: str | None,
            sub: str | None, sets: list, verbose: bool, tower_timeout_ms: int) -> None:
     """Show the live peers (from the tower) and, per topic and partition,
-    the stores' head and the last HEAD of the live producer.
+    the stores' head and the last HEAD of the live producer; with --groups,
+    the consumer groups' members and who reads which partition.
 
     \b
-    Example:
+    Examples:
       dafka status --pub tcp://127.0.0.1:5557 --sub tcp://127.0.0.1:5556
+      dafka status --groups
     """
     config = load_config(
         config_path, sets,
@@ -258,7 +293,7 @@ def status(topic: str | None, wait_ms: int, as_json: bool, config_path: str | No
     )
     setup_logging(verbose)
     tower = config["beacon/pub_address"]
-    peer = StatusPeer(config, topic)
+    peer = StatusPeer(config, topic, groups)
     try:
         peer.start()
         deadline = time.monotonic() + tower_timeout_ms / 1000.0
@@ -273,6 +308,9 @@ def status(topic: str | None, wait_ms: int, as_json: bool, config_path: str | No
     finally:
         peer.close()
     survey = peer.survey
+    if groups:
+        _print_groups(survey, as_json, topic)
+        return
     if as_json:
         click.echo(json.dumps({
             "tower": tower,
@@ -301,4 +339,23 @@ def status(topic: str | None, wait_ms: int, as_json: bool, config_path: str | No
     rows = [[p["topic"], p["partition"], cell(p["store_head"]), cell(p["producer_head"]), str(len(p["stores"]))]
             for p in partitions]
     for line in table(["TOPIC", "PARTITION", "STORE HEAD", "PRODUCER HEAD", "STORES"], rows):
+        click.echo(line)
+
+
+def _print_groups(survey: Survey, as_json: bool, topic: str | None) -> None:
+    rows = [r for r in survey.group_rows() if topic is None or topic in r["topics"]]
+    if as_json:
+        click.echo(json.dumps({"groups": rows}, indent=2))
+        return
+    if not rows:
+        click.echo("no consumer group has a live member" + (f" reading topic {topic}" if topic else ""))
+        return
+    lines = []
+    for r in rows:
+        parts = r["partitions"] or [None]
+        for part in parts:
+            committed = "-" if part is None or part["committed"] is None else str(part["committed"])
+            lines.append([r["group"], r["member"], ",".join(r["topics"]),
+                          "-" if part is None else f"{part['topic']}/{part['partition']}", committed])
+    for line in table(["GROUP", "MEMBER", "TOPICS", "PARTITION", "COMMITTED"], lines):
         click.echo(line)

@@ -108,6 +108,7 @@ class ConsumerState(RecordIntake):
         # earliest record, into queues of their own.
         self.group = group
         self.sinks: dict[str, deque[Record]] = {}
+        self.deferred: set[tuple[str, str]] = set()  # assigned, to open when first met (``latest``, head unknown)
 
     # -- subscriptions ------------------------------------------------------
 
@@ -210,7 +211,7 @@ class ConsumerState(RecordIntake):
         if sub.msg_id == proto.CONSUMER_HELLO and sub.topic:
             self._hello(sub.topic)
         elif sub.msg_id == proto.GROUP_MEMBER:
-            if self.group is not None and sub.topic == self.group.group:
+            if self.group is not None and sub.topic in ("", self.group.group):  # a member, or an observer
                 self.group.on_subscription(self.now)
         elif sub.msg_id == proto.FETCH or not sub.msg_id:
             # A producer (``F<address>``) or a store reader (``F``) has just
@@ -254,9 +255,11 @@ class ConsumerState(RecordIntake):
         p = self.partitions.get((topic, address))
         if p is None:
             group = self.group
-            if group is not None and topic not in self.sinks and (topic, address) not in group.owned:
-                group.meet(topic, address, seq, self.now)
-                return None
+            if group is not None and topic not in self.sinks:
+                if (topic, address) not in self.deferred:  # not started (yet): the group decides
+                    group.meet(topic, address, seq, self.now)
+                    return None
+                self.deferred.discard((topic, address))
             p = self._open(topic, address, seq)
         return p
 
@@ -279,7 +282,10 @@ class ConsumerState(RecordIntake):
         as ``consumer/offset/reset`` says; ``latest`` starts at ``head``, the
         highest sequence met), fetching up to ``head`` (-1: not known yet;
         with ``latest`` and no offset, it opens when first met)."""
-        if (topic, partition) in self.partitions or (offset is None and head < 0 and not self._earliest(topic)):
+        if (topic, partition) in self.partitions:
+            return
+        if offset is None and head < 0 and not self._earliest(topic):
+            self.deferred.add((topic, partition))
             return
         if offset is not None:
             self._positions[(topic, partition)] = offset
@@ -291,6 +297,7 @@ class ConsumerState(RecordIntake):
     def stop(self, topic: str, partition: str) -> None:
         """Stop reading a partition (the group moved it): forget it and drop
         its records that wait in the ready queue."""
+        self.deferred.discard((topic, partition))
         p = self.partitions.pop((topic, partition), None)
         if p is None:
             return

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dafka import proto
+from dafka.consumer_state import ConsumerState
 from dafka.group import GroupState, decode_commits, encode_commits
 
 GROUP = "billing"
@@ -245,3 +246,33 @@ def test_any_offsets_record_is_taken_or_counted(values):
     a.on_offsets(values)
     assert a.malformed <= len(values)
     assert all(isinstance(o, int) and o >= 0 for o in a.committed.values())
+
+
+def test_the_consumer_opens_a_partition_only_when_the_group_starts_it_at_its_commit():
+    group = member("A")
+    join(group)
+    cs = ConsumerState("A", reset="earliest", group=group)
+    cs.subscribe(TOPIC)
+    record = proto.encode(proto.RecordMsg(TOPIC, "P1", TOPIC, 5, b"x"))
+    cs.on_frames(record)  # met: the group assigns it to us...
+    assert group.assigned == [(TOPIC, "P1")] and group.known[(TOPIC, "P1")] == 5
+    cs.on_frames(record)  # ...but until the consumer starts it, its records open nothing (not from 0)
+    assert (TOPIC, "P1") not in cs.partitions and not cs.ready
+    cs.out.clear()
+    cs.start(TOPIC, "P1", 3, 5)
+    p = cs.partitions[(TOPIC, "P1")]
+    assert (p.next, p.head) == (3, 5)
+    assert [proto.decode(f) for f in cs.out] == [proto.FetchMsg("P1", "A", TOPIC, 3, 3)]
+    cs.stop(TOPIC, "P1")
+    assert (TOPIC, "P1") not in cs.partitions and not cs.record_prefixes
+
+
+def test_with_latest_a_partition_of_unknown_head_opens_when_first_met():
+    group = member("A")
+    join(group)
+    cs = ConsumerState("A", reset="latest", group=group)
+    cs.subscribe(TOPIC)
+    cs.start(TOPIC, "P2", None, -1)  # known only from another member's heartbeat
+    assert (TOPIC, "P2") not in cs.partitions
+    cs.on_frames(proto.encode(proto.RecordMsg(TOPIC, "P2", TOPIC, 9, b"y")))
+    assert [(r.partition, r.offset) for r in cs.ready] == [("P2", 9)]

@@ -6,6 +6,7 @@ member died after reading it and before committing it."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import threading
@@ -89,6 +90,21 @@ class Feed:
             producer.close(5)
 
 
+class Pipes:
+    """Any tool, read like a member."""
+
+    def __init__(self, tool) -> None:
+        self.tool = tool
+        self.address = "-"
+
+    def pump(self) -> None:
+        self.tool.out.pump(0)
+        self.tool.err.pump(0)
+
+    def owned(self) -> set[str]:
+        return set()
+
+
 def pump_until(members: list[Member], predicate, timeout: float, what: str) -> float:
     """Read every member's pipes until ``predicate()``; returns the seconds it took."""
     start = time.monotonic()
@@ -123,8 +139,9 @@ def assert_nothing_lost(members: list[Member], sent: dict[str, int], timeout: fl
     return seen
 
 
-def commits_by_member(cluster: Cluster) -> dict[str, dict[tuple[str, str], int]]:
-    """Every member's highest commit of each partition, read back from the stores."""
+def commits_by_member(cluster: Cluster, members: list[Member] = ()) -> dict[str, dict[tuple[str, str], int]]:
+    """Every member's highest commit of each partition, read back from the stores (reading
+    ``members``' pipes meanwhile)."""
     config = loopback_config(beacon__sub_address=cluster.sub_address, beacon__pub_address=cluster.pub_address,
                              beacon__interval=200, beacon__timeout=1000, consumer__offset__reset="earliest")
     out: dict[str, dict[tuple[str, str], int]] = defaultdict(dict)
@@ -132,7 +149,9 @@ def commits_by_member(cluster: Cluster) -> dict[str, dict[tuple[str, str], int]]
         deadline = time.monotonic() + 5
         quiet_since = time.monotonic()
         while time.monotonic() - quiet_since < 1.0 and time.monotonic() < deadline:
-            for record in reader.consume(1000, timeout=0.1):
+            for member in members:
+                member.pump()
+            for record in reader.consume(1000, timeout=0.05):
                 quiet_since = time.monotonic()
                 member, offsets = decode_commits(record.value)
                 for key, offset in offsets.items():
@@ -161,6 +180,15 @@ def test_three_members_share_twelve_partitions_and_a_reference_consumer_gets_eve
         pump_until(members, lambda: settled(members, partitions), 0.1, "the group to stay settled")
         loads = sorted(len(m.owned()) for m in members)
         assert loads[-1] <= 5 and sum(loads) == PARTITIONS, loads
+        # dafka status --groups lists the members and what each reads.
+        status = cluster.run("dafka", "status", "--groups", "--json", "--wait-ms", "1000")
+        pump_until(members + [Pipes(status)], lambda: status.proc.poll() is not None, 20, "dafka status")
+        assert status.wait(5) == 0, status.err.text
+        rows = json.loads(status.out.text)["groups"]
+        assert {r["group"] for r in rows} == {GROUP}
+        assert {r["member"]: {p["partition"] for p in r["partitions"]} for r in rows} == {
+            m.address: m.owned() for m in members}
+        assert all(r["topics"] == [TOPIC] for r in rows)
         sent = feed.stop()
         seen = assert_nothing_lost(members, sent)
         assert max(seen.values()) == 1, "a record came twice without any member dying"
@@ -235,6 +263,41 @@ def test_a_fourth_member_joins_and_partitions_move_to_it_without_loss_or_repeats
         # Every partition that moved was handed over at the final commit of its reader: nothing twice.
         assert max(seen.values()) == 1
         assert {p for p, _ in newcomer.records()} == newcomer.owned()
+        assert_no_traceback(*(m.tool for m in members))
+    finally:
+        feed.close()
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(120)
+def test_a_stopped_member_loses_its_partitions_and_rejoins_when_continued(cluster):
+    feed = Feed(cluster)
+    try:
+        members = [Member(cluster) for _ in range(3)]
+        partitions = set(feed.sent)
+        pump_until(members, lambda: settled(members, partitions), 20, "the group to settle")
+        time.sleep(0.5)
+        sleeper, others = members[0], members[1:]
+        pump_until(members, lambda: True, 1, "")
+        orphans = sleeper.owned()
+        sleeper.tool.signal(signal.SIGSTOP)
+        took = pump_until(others, lambda: settled(others, partitions), TIMEOUT + 3, "the takeover")
+        assert took <= TIMEOUT + 1.5, f"the takeover took {took:.1f} s"
+        printed_before = len(sleeper.records())
+        commits = commits_by_member(cluster, others)[sleeper.address]  # its last ones: it is stopped
+        sleeper.tool.signal(signal.SIGCONT)
+        # It notices it was away, gives everything up, joins again, and the group settles with it.
+        pump_until(members, lambda: settled(members, partitions) and sleeper.owned(), 15, "the group to settle again")
+        time.sleep(0.5)
+        sent = feed.stop()
+        seen = assert_nothing_lost(members, sent)
+        duplicates = {key for key, n in seen.items() if n > 1}
+        last_printed = defaultdict(int)
+        for partition, offset in sleeper.records()[:printed_before]:
+            last_printed[partition] = max(last_printed[partition], offset)
+        for partition, offset in duplicates:
+            assert partition in orphans, "a record of a partition the stopped member never read came twice"
+            assert commits.get((TOPIC, partition), 0) <= offset <= last_printed[partition], (partition, offset)
         assert_no_traceback(*(m.tool for m in members))
     finally:
         feed.close()
