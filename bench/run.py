@@ -318,7 +318,33 @@ def role_store(a: argparse.Namespace) -> None:
     emit({"store": stats}, cpu, stats["records_written"] + stats["records_served"])
 
 
+def role_group_member(a: argparse.Namespace) -> None:
+    """A member of consumer group ``bench``: reads its share until nothing came for --idle-stop seconds."""
+    from dafka import Consumer
+
+    consumer = Consumer(a.topic, group="bench", config=config(a.sub, a.pub, **{
+        "consumer/offset/reset": "earliest"}))
+    print(json.dumps({"member": consumer.address}), flush=True)
+    count = 0
+    first = last = None
+    cpu = None
+    share = 0
+    consume = consumer.consume
+    while True:
+        batch = consume(1000, a.idle_stop if first is not None else 120)
+        if not batch:
+            break
+        if first is None:
+            first, cpu = time.perf_counter(), cpu_seconds()
+        count += len(batch)
+        last = time.perf_counter()
+        share = len(consumer.assignment())  # what it read while records came (not after others left)
+    emit({"received": count, "started": first, "finished": last, "partitions": share}, cpu, count)
+    consumer.close()
+
+
 ROLES = {
+    "group-member": role_group_member,
     "raw-pub": role_raw_pub,
     "raw-sub": role_raw_sub,
     "producer": role_producer,
@@ -655,6 +681,44 @@ def scenario_partitions(producers: int, total: int) -> dict:
         shutil.rmtree(db, ignore_errors=True)
 
 
+def scenario_groups(members: int, partitions: int, total: int, size: int) -> dict:
+    """``members`` members of one consumer group read ``partitions`` producers' ``total`` records
+    between them, with a store (the producers keep each record until it acks it, so that a
+    partition that moves is fetched where its new reader starts)."""
+    c = Cluster()
+    db = tempfile.mkdtemp(prefix="dafka-bench-")
+    each = total // partitions
+    total = each * partitions
+    try:
+        store = c.spawn("store", "--db", db, stdin=True)
+        store.stdout.readline()
+        procs = [c.spawn("group-member", "--idle-stop", "2") for _ in range(members)]
+        for proc in procs:
+            proc.stdout.readline()
+        time.sleep(1.0)  # the members see each other and settle (join_wait 200 ms)
+        # Each member is two peers (its consumer and its commits' producer); producers see them all.
+        producers = [c.spawn("producer", "--records", str(each), "--size", str(size), "--min-acks", "1",
+                             "--warmup", "1", "--wait-peers", str(partitions + 1 + 2 * members))
+                     for _ in range(partitions)]
+        rs = [result_of(p) for p in procs]
+        ps = [result_of(p) for p in producers]
+        store.stdin.write("stop\n")
+        store.stdin.flush()
+        result_of(store)
+        received = sum(r["received"] for r in rs)
+        started = min(p["send_started"] for p in ps)
+        finished = max(r["finished"] for r in rs if r.get("finished"))
+        return {"members": members, "partitions": partitions, "records": total, "received": received,
+                "rate": received / (finished - started), "shares": sorted(r["partitions"] for r in rs),
+                "per_member": [r["received"] for r in rs],
+                "cpu_us": {"member (mean)": sum(r["cpu_us"] * r["received"] for r in rs if r.get("cpu_us")) / received,
+                           "producers (all)": sum(p["cpu_phases"]["sending"] for p in ps) / total * 1e6},
+                "rss_mib": {"member (max)": max(r["rss_mib"] for r in rs)}}
+    finally:
+        c.close()
+        shutil.rmtree(db, ignore_errors=True)
+
+
 def free_port() -> int:
     import socket
 
@@ -797,7 +861,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="100,1000", help="record sizes in bytes, comma-separated")
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    ap.add_argument("--skip", default="", help="comma-separated scenarios to skip (store, bulk, partitions, idle, hold, spark)")
+    ap.add_argument("--skip", default="",
+                    help="comma-separated scenarios to skip (store, bulk, partitions, groups, idle, hold, spark)")
     ap.add_argument("--idle-seconds", type=float, default=60.0, help="how long the idle scenario measures")
     # role options
     ap.add_argument("--sub")
@@ -817,6 +882,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wait-peers", type=int, default=0, help="producer role: wait until the towers report this many peers")
     ap.add_argument("--partitions", default="1,8,32,128", help="producer counts of the many-partitions scenario")
     ap.add_argument("--linger", type=float, default=0.0)
+    ap.add_argument("--idle-stop", type=float, default=2.0, help="group-member role: stop after this long without records")
+    ap.add_argument("--group-members", default="1,2,4", help="member counts of the consumer group scenario")
     a = ap.parse_args(argv)
     if a.role:
         ROLES[a.role](a)
@@ -859,6 +926,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"RSS MiB " + ", ".join(f"{k} {v:.0f}" for k, v in m["rss_mib"].items()))
             print(f"{'':<44} from the first send(): {fmt_rate(m['sending_rate'], ceiling_rate)}")
             print(f"{'':<44} a producer's CPU ms: " + ", ".join(f"{k} {v:.0f}" for k, v in m["producer_cpu_ms"].items()))
+    if "groups" not in skip:
+        ceiling_rate = results["runs"][sizes[0]]["ceiling"]["rate"]
+        results["groups"] = {}
+        print(f"\n== consumer group: M members read 8 producers' {a.records:,} {sizes[0]}-byte records ==")
+        for members in (int(x) for x in a.group_members.split(",")):
+            g = scenario_groups(members, 8, a.records, sizes[0])
+            results["groups"][members] = g
+            print(f"{'M=' + str(members):<44} {fmt_rate(g['rate'], ceiling_rate):<28} {fmt_cpu(g['cpu_us'])}; "
+                  f"{g['received']:,} of {g['records']:,} records, partitions per member {g['shares']}, "
+                  f"RSS MiB member {g['rss_mib']['member (max)']:.0f}")
     if "idle" not in skip:
         results["idle"] = scenario_idle(a.idle_seconds)
         print(f"\n== idle for {a.idle_seconds:.0f} s (daemons and console tools, nothing flowing) ==")

@@ -108,7 +108,6 @@ class ConsumerState(RecordIntake):
         # earliest record, into queues of their own.
         self.group = group
         self.sinks: dict[str, deque[Record]] = {}
-        self.deferred: set[tuple[str, str]] = set()  # assigned, to open when first met (``latest``, head unknown)
 
     # -- subscriptions ------------------------------------------------------
 
@@ -256,10 +255,15 @@ class ConsumerState(RecordIntake):
         if p is None:
             group = self.group
             if group is not None and topic not in self.sinks:
-                if (topic, address) not in self.deferred:  # not started (yet): the group decides
-                    group.meet(topic, address, seq, self.now)
+                key = (topic, address)
+                group.meet(topic, address, seq, self.now)
+                if key not in group.owned:
                     return None
-                self.deferred.discard((topic, address))
+                # Ours (perhaps just now): open it here, at the group's commit, so that this record is
+                # not lost where nobody keeps it (a producer without stores); start() then finds it open.
+                offset = group.committed.get(key)
+                if offset is not None:
+                    self._positions[key] = offset
             p = self._open(topic, address, seq)
         return p
 
@@ -282,11 +286,8 @@ class ConsumerState(RecordIntake):
         as ``consumer/offset/reset`` says; ``latest`` starts at ``head``, the
         highest sequence met), fetching up to ``head`` (-1: not known yet;
         with ``latest`` and no offset, it opens when first met)."""
-        if (topic, partition) in self.partitions:
-            return
-        if offset is None and head < 0 and not self._earliest(topic):
-            self.deferred.add((topic, partition))
-            return
+        if (topic, partition) in self.partitions or (offset is None and head < 0 and not self._earliest(topic)):
+            return  # open already, or (``latest``, head unknown) it opens when first met
         if offset is not None:
             self._positions[(topic, partition)] = offset
         p = self._open(topic, partition, head)
@@ -297,7 +298,6 @@ class ConsumerState(RecordIntake):
     def stop(self, topic: str, partition: str) -> None:
         """Stop reading a partition (the group moved it): forget it and drop
         its records that wait in the ready queue."""
-        self.deferred.discard((topic, partition))
         p = self.partitions.pop((topic, partition), None)
         if p is None:
             return

@@ -335,6 +335,7 @@ class GroupState:
         self.owned.add(key)
         self.released.pop(key, None)
         self.assigned.append(key)
+        self.heartbeat_due = now  # tell the others at once: one that also wants it waits for our release
 
     def _revoke_all(self) -> None:
         for key in self.owned:

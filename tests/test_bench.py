@@ -36,5 +36,9 @@ def test_benchmark_runs_and_reports_every_scenario(tmp_path):
     assert all(rate > 0 for rate in bulk["four_readers"]["rates"] + bulk["live"]["catchup_rates"])
     assert bulk["live"]["alone_ack_rate"] > 0 and bulk["live"]["busy_ack_rate"] > 0
     assert results["hold"]["buffered"] == 2000
+    for members, group in results["groups"].items():
+        # every record reached the group once, and every member read its share of the 8 partitions
+        assert group["received"] == group["records"] == 2000, members
+        assert sum(group["shares"]) == 8 and max(group["shares"]) <= -(-8 // int(members)), group["shares"]
     for process, cpu in run["direct"]["cpu_us"].items():
         assert cpu is not None and cpu > 0, process

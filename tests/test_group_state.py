@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from dafka import proto
 from dafka.consumer_state import ConsumerState
-from dafka.group import GroupState, decode_commits, encode_commits
+from dafka.group import GroupState, Member, decode_commits, encode_commits
 
 GROUP = "billing"
 TOPIC = "orders"
@@ -248,23 +248,29 @@ def test_any_offsets_record_is_taken_or_counted(values):
     assert all(isinstance(o, int) and o >= 0 for o in a.committed.values())
 
 
-def test_the_consumer_opens_a_partition_only_when_the_group_starts_it_at_its_commit():
+def test_the_consumer_opens_an_assigned_partition_at_the_groups_commit_whoever_comes_first():
     group = member("A")
     join(group)
+    group.committed[(TOPIC, "P1")] = 3
     cs = ConsumerState("A", reset="earliest", group=group)
     cs.subscribe(TOPIC)
-    record = proto.encode(proto.RecordMsg(TOPIC, "P1", TOPIC, 5, b"x"))
-    cs.on_frames(record)  # met: the group assigns it to us...
-    assert group.assigned == [(TOPIC, "P1")] and group.known[(TOPIC, "P1")] == 5
-    cs.on_frames(record)  # ...but until the consumer starts it, its records open nothing (not from 0)
-    assert (TOPIC, "P1") not in cs.partitions and not cs.ready
     cs.out.clear()
-    cs.start(TOPIC, "P1", 3, 5)
+    cs.on_frames(proto.encode(proto.RecordMsg(TOPIC, "P1", TOPIC, 5, b"x")))  # met, assigned, opened at once
+    assert group.assigned == [(TOPIC, "P1")] and group.known[(TOPIC, "P1")] == 5
     p = cs.partitions[(TOPIC, "P1")]
-    assert (p.next, p.head) == (3, 5)
+    assert (p.next, p.head, p.pending) == (3, 5, {5: b"x"})  # from the commit, not from 0 (reset)
     assert [proto.decode(f) for f in cs.out] == [proto.FetchMsg("P1", "A", TOPIC, 3, 3)]
+    cs.start(TOPIC, "P1", 3, 5)  # the consumer's own start finds it open
+    assert cs.partitions[(TOPIC, "P1")] is p
     cs.stop(TOPIC, "P1")
     assert (TOPIC, "P1") not in cs.partitions and not cs.record_prefixes
+    # With another member, only the partitions the group gives us open.
+    group.members["B"] = Member(frozenset({TOPIC}), 0.0)
+    for i in range(10):
+        cs.on_frames(proto.encode(proto.RecordMsg(TOPIC, f"Q{i}", TOPIC, 0, b"y")))
+    ours = {key for key in group.known if group.owner(key) == "A"}
+    assert set(cs.partitions) <= ours and len(ours) < len(group.known)
+    assert all(r.partition in {p for _, p in ours} for r in cs.ready)
 
 
 def test_with_latest_a_partition_of_unknown_head_opens_when_first_met():
