@@ -98,6 +98,7 @@ class Membership:
         now = time.monotonic()
         if now >= group.next_due():
             self._tick(now)
+        self.commit_if_due()  # also while a read waits: what earlier reads returned is consumed
         if group.assigned:
             keys, group.assigned = group.assigned, []
             for topic, partition in keys:
@@ -132,6 +133,8 @@ class Membership:
 
     def _schedule(self) -> None:
         when = self.state.next_due()
+        if self.auto_commit:
+            when = min(when, self.commit_due)
         if self._timer is not None and not self._timer.cancelled and self._timer.when <= when:
             return
         if self._timer is not None:
@@ -164,8 +167,9 @@ class Membership:
         return moved
 
     def commit_if_due(self) -> None:
-        if self.auto_commit and time.monotonic() >= self.commit_due:
-            self.commit_due = time.monotonic() + self.auto_commit_interval
+        now = time.monotonic()
+        if self.auto_commit and now >= self.commit_due:
+            self.commit_due = now + self.auto_commit_interval
             self.commit()
 
     def close(self) -> None:

@@ -157,3 +157,13 @@ def test_async_consumer_in_a_group(tower, store):
 
     got = asyncio.run(main())
     assert sorted((r.partition, r.offset) for r in got) == sorted((p, o) for p in partitions for o in range(20))
+
+
+def test_auto_commit_happens_while_a_read_waits(tower, store):
+    (partition,) = publish(tower, 1, 20)
+    with Consumer(TOPIC, config=config(tower), group=GROUP, auto_commit_interval_ms=200) as c:
+        got = read([c], lambda got: len(got) == 20)
+        assert c.committed(partition) is None or c.committed(partition) < 20  # the last batch is not consumed yet
+        assert c.poll(0.6) is None  # the caller came back: what it got is consumed, committed while it waits
+        assert c.committed(partition) == 20
+        assert [r.offset for r in got] == list(range(20))
