@@ -377,6 +377,19 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
+    def store(self, db: str) -> subprocess.Popen:
+        """A store process on ``db``, once it has started."""
+        store = self.spawn("store", "--db", db, stdin=True)
+        store.stdout.readline()
+        return store
+
+    @staticmethod
+    def stop_store(store: subprocess.Popen) -> dict:
+        """Stop a store process; its result (CPU per record, RSS)."""
+        store.stdin.write("stop\n")
+        store.stdin.flush()
+        return result_of(store)
+
     def close(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
@@ -475,8 +488,7 @@ def scenario_store(records: int, size: int, with_consumer: bool) -> dict:
     c = Cluster()
     db = tempfile.mkdtemp(prefix="dafka-bench-")
     try:
-        store = c.spawn("store", "--db", db, stdin=True)
-        store.stdout.readline()
+        store = c.store(db)
         consumer = None
         if with_consumer:
             consumer = c.spawn("consumer", "--records", str(records), "--size", str(size), "--reset", "earliest")
@@ -502,9 +514,7 @@ def scenario_store(records: int, size: int, with_consumer: bool) -> dict:
                               "--api", "async"))
         out["catchup_async_rate"] = r["received"] / r["seconds"] if r["received"] else 0.0
         out["catchup_async_cpu_us"] = r.get("cpu_us")
-        store.stdin.write("stop\n")
-        store.stdin.flush()
-        s = result_of(store)
+        s = c.stop_store(store)
         out["rss_mib"]["store"] = s["rss_mib"]
         out["cpu_us"]["store"] = s.get("cpu_us")
         return out
@@ -569,8 +579,7 @@ def scenario_bulk_reads(records: int, size: int, session, concurrency: bool) -> 
     n = str(records)
     sz = str(size)
     try:
-        store = c.spawn("store", "--db", db, stdin=True)
-        store.stdout.readline()
+        store = c.store(db)
         rss = RssSampler(store.pid)
         time.sleep(1.0)
         p = result_of(c.spawn("producer", "--records", n, "--size", sz, "--min-acks", "1"))
@@ -594,9 +603,7 @@ def scenario_bulk_reads(records: int, size: int, session, concurrency: bool) -> 
             out["spark_path_running_rate"] = spark_rate(session, records, path=db, maxRecordsPerPartition=split)
         if concurrency:
             out.update(_concurrent_reads(c, records, session, rss))
-        store.stdin.write("stop\n")
-        store.stdin.flush()
-        s = result_of(store)
+        s = c.stop_store(store)
         rss.stop()
         out["rss_mib"] = {"producer": p["rss_mib"], "store": s["rss_mib"]}
         if session is not None:
@@ -651,8 +658,7 @@ def scenario_partitions(producers: int, total: int) -> dict:
     each = total // producers
     total = each * producers
     try:
-        store = c.spawn("store", "--db", db, stdin=True)
-        store.stdout.readline()
+        store = c.store(db)
         consumer = c.spawn("consumer", "--records", str(total), "--reset", "earliest")
         time.sleep(1.0)
         launched = time.perf_counter()
@@ -662,9 +668,7 @@ def scenario_partitions(producers: int, total: int) -> dict:
                          "--wait-peers", str(producers + 2)) for _ in range(producers)]
         r = result_of(consumer)
         ps = [result_of(p) for p in procs]
-        store.stdin.write("stop\n")
-        store.stdin.flush()
-        s = result_of(store)
+        s = c.stop_store(store)
         phases = {name: sum(p["cpu_phases"][name] for p in ps) / len(ps) * 1000 for name in ps[0]["cpu_phases"]}
         return {"producers": producers, "records": total, "received": r["received"],
                 "producer_cpu_ms": phases,
@@ -690,8 +694,7 @@ def scenario_groups(members: int, partitions: int, total: int, size: int) -> dic
     each = total // partitions
     total = each * partitions
     try:
-        store = c.spawn("store", "--db", db, stdin=True)
-        store.stdout.readline()
+        store = c.store(db)
         procs = [c.spawn("group-member", "--idle-stop", "2") for _ in range(members)]
         for proc in procs:
             proc.stdout.readline()
@@ -702,9 +705,7 @@ def scenario_groups(members: int, partitions: int, total: int, size: int) -> dic
                      for _ in range(partitions)]
         rs = [result_of(p) for p in procs]
         ps = [result_of(p) for p in producers]
-        store.stdin.write("stop\n")
-        store.stdin.flush()
-        result_of(store)
+        c.stop_store(store)
         received = sum(r["received"] for r in rs)
         started = min(p["send_started"] for p in ps)
         finished = max(r["finished"] for r in rs if r.get("finished"))

@@ -66,6 +66,17 @@ def partitions(n: int) -> list[str]:
     return [f"P{i:02d}" for i in range(n)]
 
 
+def settled_pair(n: int) -> tuple[GroupState, GroupState]:
+    """Members A and B of a group that settled on ``n`` partitions."""
+    a, b = member("A"), member("B")
+    for s in (a, b):
+        for p in partitions(n):
+            s.meet(TOPIC, p, 0, 0.0)
+        join(s)
+    settle([a, b], 0.5)
+    return a, b
+
+
 def test_a_lone_member_waits_for_its_view_then_reads_every_partition():
     state = member("A")
     for p in partitions(4):
@@ -149,12 +160,7 @@ def test_a_reader_that_never_releases_loses_the_partition_after_the_timeout():
 
 
 def test_a_silent_member_expires_after_the_timeout_and_its_partitions_move():
-    a, b = member("A"), member("B")
-    for s in (a, b):
-        for p in partitions(6):
-            s.meet(TOPIC, p, 0, 0.0)
-        join(s)
-    settle([a, b], 0.5)
+    a, b = settled_pair(6)
     b.commit({key: 7 for key in b.owned}, 0.5)
     a.on_member(heartbeat(b), 0.6)  # B's last heartbeat, with its commits
     held_by_b = set(b.owned)
@@ -167,12 +173,7 @@ def test_a_silent_member_expires_after_the_timeout_and_its_partitions_move():
 
 
 def test_a_leaving_member_hands_over_at_once():
-    a, b = member("A"), member("B")
-    for s in (a, b):
-        for p in partitions(6):
-            s.meet(TOPIC, p, 0, 0.0)
-        join(s)
-    settle([a, b], 0.5)
+    a, b = settled_pair(6)
     held_by_b = set(b.owned)
     b.commit({key: 3 for key in held_by_b}, 0.6)
     a.on_member(proto.decode(b.leave()), 0.7)

@@ -159,6 +159,33 @@ def commits_by_member(cluster: Cluster, members: list[Member] = ()) -> dict[str,
     return out
 
 
+def lose_one(members: list[Member], partitions: set[str], fault) -> tuple[Member, set[str]]:
+    """Once the group settled, apply ``fault`` to its first member; the others must own its
+    partitions again within the documented bound.  Returns the member and what it read."""
+    pump_until(members, lambda: settled(members, partitions), 20, "the group to settle")
+    time.sleep(0.5)
+    pump_until(members, lambda: True, 1, "")
+    lost, others = members[0], members[1:]
+    orphans = lost.owned()
+    assert orphans
+    fault(lost)
+    took = pump_until(others, lambda: settled(others, partitions), TIMEOUT + 3, "the takeover")
+    assert took <= TIMEOUT + 1.5, f"the takeover took {took:.1f} s"
+    return lost, orphans
+
+
+def assert_repeats_only_after_last_commit(seen: Counter, orphans: set[str], commits: dict, printed: list) -> None:
+    """Records that came twice are of the lost member's partitions, between its last commit and the
+    last record it printed."""
+    last = defaultdict(lambda: -1)
+    for partition, offset in printed:
+        last[partition] = max(last[partition], offset)
+    for (partition, offset), n in seen.items():
+        if n > 1:
+            assert partition in orphans, f"{partition}/{offset}: a live member's record came twice"
+            assert commits.get((TOPIC, partition), 0) <= offset <= last[partition], (partition, offset)
+
+
 @pytest.fixture
 def cluster(processes, tmp_path):
     cluster = Cluster(processes)
@@ -216,30 +243,17 @@ def test_a_killed_members_partitions_are_taken_over_from_its_last_commit(cluster
     feed = Feed(cluster)
     try:
         members = [Member(cluster) for _ in range(3)]
-        partitions = set(feed.sent)
-        pump_until(members, lambda: settled(members, partitions), 20, "the group to settle")
-        time.sleep(1.0)
-        victim, survivors = members[0], members[1:]
-        pump_until(members, lambda: True, 1, "")
-        orphans = victim.owned()
-        assert orphans
-        victim.tool.proc.kill()
-        victim.tool.wait(5)
-        took = pump_until(survivors, lambda: settled(survivors, partitions), TIMEOUT + 3, "the takeover")
-        assert took <= TIMEOUT + 1.5, f"the takeover took {took:.1f} s"
+
+        def kill(member: Member) -> None:
+            member.tool.proc.kill()
+            member.tool.wait(5)
+
+        victim, orphans = lose_one(members, set(feed.sent), kill)
         time.sleep(0.5)
-        sent = feed.stop()
-        seen = assert_nothing_lost(members, sent)
-        duplicates = {key for key, n in seen.items() if n > 1}
-        assert all(partition in orphans for partition, _ in duplicates), "a live member's record came twice"
-        # Those read again are exactly some of the records after the victim's last commit.
+        seen = assert_nothing_lost(members, feed.stop())
         commits = commits_by_member(cluster)[victim.address]
-        printed = defaultdict(int)
-        for partition, offset in victim.records():
-            printed[partition] = max(printed[partition], offset)
-        for partition, offset in duplicates:
-            assert commits.get((TOPIC, partition), 0) <= offset <= printed[partition], (partition, offset)
-        assert_no_traceback(*(m.tool for m in survivors))
+        assert_repeats_only_after_last_commit(seen, orphans, commits, victim.records())
+        assert_no_traceback(*(m.tool for m in members[1:]))
     finally:
         feed.close()
 
@@ -275,29 +289,16 @@ def test_a_stopped_member_loses_its_partitions_and_rejoins_when_continued(cluste
     try:
         members = [Member(cluster) for _ in range(3)]
         partitions = set(feed.sent)
-        pump_until(members, lambda: settled(members, partitions), 20, "the group to settle")
-        time.sleep(0.5)
-        sleeper, others = members[0], members[1:]
-        pump_until(members, lambda: True, 1, "")
-        orphans = sleeper.owned()
-        sleeper.tool.signal(signal.SIGSTOP)
-        took = pump_until(others, lambda: settled(others, partitions), TIMEOUT + 3, "the takeover")
-        assert took <= TIMEOUT + 1.5, f"the takeover took {took:.1f} s"
-        printed_before = len(sleeper.records())
-        commits = commits_by_member(cluster, others)[sleeper.address]  # its last ones: it is stopped
+        sleeper, orphans = lose_one(members, partitions, lambda m: m.tool.signal(signal.SIGSTOP))
+        printed_before = sleeper.records()
+        commits = commits_by_member(cluster, members[1:])[sleeper.address]  # its last ones: it is stopped
         sleeper.tool.signal(signal.SIGCONT)
         # It notices it was away, gives everything up, joins again, and the group settles with it.
         pump_until(members, lambda: settled(members, partitions) and sleeper.owned(), 15, "the group to settle again")
         time.sleep(0.5)
-        sent = feed.stop()
-        seen = assert_nothing_lost(members, sent)
-        duplicates = {key for key, n in seen.items() if n > 1}
-        last_printed = defaultdict(int)
-        for partition, offset in sleeper.records()[:printed_before]:
-            last_printed[partition] = max(last_printed[partition], offset)
-        for partition, offset in duplicates:
-            assert partition in orphans, "a record of a partition the stopped member never read came twice"
-            assert commits.get((TOPIC, partition), 0) <= offset <= last_printed[partition], (partition, offset)
+        seen = assert_nothing_lost(members, feed.stop())
+        assert_repeats_only_after_last_commit(seen, orphans, commits, printed_before)
+        assert b"unresponsive" in sleeper.tool.err.data
         assert_no_traceback(*(m.tool for m in members))
     finally:
         feed.close()
