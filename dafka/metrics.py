@@ -55,6 +55,9 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dafka_producer_head": ("gauge", "highest sequence a producer published", ("topic", "partition")),
     "dafka_consumer_lag": ("gauge", "known head minus position, per partition", ("topic", "partition")),
     "dafka_consumer_lag_max": ("gauge", "the highest lag over all of a consumer's partitions", ()),
+    "dafka_group_members": ("gauge", "live members of the consumer's group in its view, itself included", ("group",)),
+    "dafka_group_partitions": ("gauge", "partitions the group member reads", ("group",)),
+    "dafka_group_rebalances": ("counter", "times the member's view of its group changed", ("group",)),
     "dafka_unlabelled_partitions": ("gauge", "partitions left out of a per-partition metric by the cap", ("metric",)),
 }
 
@@ -168,6 +171,11 @@ def _consumer(consumer: Any, families: _Families, cap: int) -> None:
     lags = consumer.lags()
     _capped(families, "dafka_consumer_lag", base, [(t, p, lag) for (t, p), lag in lags.items()], cap)
     families.add("dafka_consumer_lag_max", base, max(lags.values(), default=0))
+    if "group_members" in stats:
+        group = {**base, "group": consumer._group.state.group}
+        families.add("dafka_group_members", group, stats["group_members"])
+        families.add("dafka_group_partitions", group, stats["group_partitions"])
+        families.add("dafka_group_rebalances", group, stats["group_rebalances"])
 
 
 def _store(store: Any, families: _Families, cap: int) -> None:

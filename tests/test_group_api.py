@@ -9,6 +9,7 @@ import time
 import pytest
 
 from dafka import Consumer, ConsumerRebalanceListener, Producer, TopicPartition
+from dafka import metrics
 from dafka.aio import AsyncConsumer
 from dafka.store import Store
 from helpers import loopback_config
@@ -128,6 +129,11 @@ def test_a_group_that_restarts_whole_resumes_from_the_commits_the_store_kept(tow
         assert len(got) == 10 and {r.partition for r in got}.isdisjoint(partitions)
         assert all(second.committed(p) == 50 for p in partitions)
         assert second.stats()["group_members"] == 1
+        collector = metrics.PeerCollector()
+        collector.add(second)
+        scraped = {m.name: m.samples for m in collector.collect()}
+        assert [(s.labels["group"], s.value) for s in scraped["dafka_group_members"]] == [(GROUP, 1)]
+        assert scraped["dafka_group_partitions"][0].value == 4
 
 
 def test_without_auto_commit_a_restart_resumes_at_the_last_explicit_commit(tower, store):
