@@ -283,3 +283,47 @@ def test_with_latest_a_partition_of_unknown_head_opens_when_first_met():
     assert (TOPIC, "P2") not in cs.partitions
     cs.on_frames(proto.encode(proto.RecordMsg(TOPIC, "P2", TOPIC, 9, b"y")))
     assert [(r.partition, r.offset) for r in cs.ready] == [("P2", 9)]
+
+
+_PARTS = st.sampled_from([f"P{i}" for i in range(6)])
+_SEQS = st.integers(0, 20)
+_ENTRIES = st.lists(st.builds(proto.GroupEntry, st.just(TOPIC), _PARTS,
+                              st.one_of(_SEQS, st.just(proto.NO_OFFSET)), st.booleans()), max_size=4).map(tuple)
+_TRAFFIC = st.one_of(
+    st.builds(lambda p, seq: proto.RecordMsg(TOPIC, p, TOPIC, seq, b"v"), _PARTS, _SEQS),
+    st.builds(lambda p, seq: proto.HeadMsg(TOPIC, p, TOPIC, seq), _PARTS, _SEQS),
+    st.builds(lambda m, entries, leaving: proto.GroupMemberMsg(GROUP, m, (TOPIC,), entries, leaving),
+              st.sampled_from(["B", "C"]), _ENTRIES, st.booleans()),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_TRAFFIC, st.floats(0, 3)), max_size=60))
+def test_a_members_consumer_takes_any_traffic_and_reads_only_what_the_group_gives_it(steps):
+    """Records, HEADs and other members' heartbeats in any order and timing, with the
+    membership's part (start what is assigned, stop what is revoked) done after each: the
+    consumer never raises, reads only partitions the group gave it, and delivers each in order."""
+    group = member("A")
+    join(group)
+    cs = ConsumerState("A", reset="earliest", group=group)
+    cs.subscribe(TOPIC)
+    now = 1.0
+    for msg, dt in steps:
+        now += dt
+        cs.now = now
+        cs.on_frames(proto.encode(msg))
+        group.tick(now, peers_replayed=True, offsets_loaded=True)
+        for key in group.assigned:
+            cs.start(*key, group.committed.get(key), group.known.get(key, -1))
+        group.assigned.clear()
+        if group.revoked:
+            keys, group.revoked = group.revoked, []
+            for key in keys:
+                cs.stop(*key)
+            group.released_by_us(keys, now)
+        assert set(cs.partitions) <= group.owned
+        last: dict[str, int] = {}
+        for r in cs.ready:
+            assert (r.topic, r.partition) in cs.partitions
+            assert r.offset > last.get(r.partition, -1)
+            last[r.partition] = r.offset
