@@ -99,7 +99,7 @@ class Consumer:
             heads_interval=c["consumer/heads_interval"] / 1000.0,
             group=self._group.state if self._group else None,
         )
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered by rebalance callbacks that commit or ask the assignment
         self._closed = False
         self._last: list[Record] = []  # what the previous poll/consume returned (offsets file only)
         self._xpub = self._ctx.socket(zmq.XPUB)

@@ -29,6 +29,9 @@ Callback = Callable[[list[TopicPartition]], Any]
 # Without a tower that marks the end of its replay (a reference tower), the view counts as formed this
 # long after the start.
 UNMARKED_REPLAY_WAIT = 1.0
+# How long close waits for a store to ack its last commits (without stores they never are; the last
+# heartbeat carried them to the live members anyway).
+CLOSE_WAIT = 2.0
 
 
 class ConsumerRebalanceListener:
@@ -184,7 +187,7 @@ class Membership:
         self._consumer._xpub.send_multipart(group.leave())
         self._consumer._xpub.linger = 1000  # the last heartbeat must get out: the others take over on it
         try:
-            self._producer.close(timeout=group.timeout)
+            self._producer.close(timeout=min(group.timeout, CLOSE_WAIT))
         except Exception as exc:  # FlushTimeout: the heartbeat carried the commits to live members
             log.warning("group %s: commits not stored on close: %s", group.group, exc)
         if self._timer is not None:

@@ -115,6 +115,32 @@ def test_a_closing_member_hands_over_at_once_at_its_last_commit(tower, store):
         b.close()
 
 
+def test_rebalance_callbacks_may_commit_and_ask_the_assignment(tower, store):
+    partitions = publish(tower, 2, 10)
+    seen = []
+
+    def on_assign(assigned):
+        seen.append(("assigned", set(assigned), member.assignment()))
+
+    def on_revoke(revoked):
+        member.commit()  # kafka-python's usual place for a manual commit
+        seen.append(("revoked", set(revoked), member.assignment()))
+
+    member = Consumer(TOPIC, config=config(tower), group=GROUP, enable_auto_commit=False,
+                      on_assign=on_assign, on_revoke=on_revoke)
+    try:
+        got = read([member], lambda got: len(got) == 20)
+        assert len(got) == 20
+    finally:
+        member.close()
+    everything = {TopicPartition(TOPIC, p) for p in partitions}
+    assert seen[-1] == ("revoked", everything, everything)  # on close, before it lets go
+    assert all(kind != "assigned" or tps <= now for kind, tps, now in seen)
+    with Consumer(TOPIC, config=config(tower), group=GROUP) as again:
+        assert read([again], lambda got: len(again.assignment()) == 2) == []
+        assert all(again.committed(p) == 10 for p in partitions)  # the commit made in on_revoke
+
+
 def test_a_group_that_restarts_whole_resumes_from_the_commits_the_store_kept(tower, store):
     partitions = publish(tower, 3, 50)
     with Consumer(TOPIC, config=config(tower), group=GROUP) as first:
