@@ -364,6 +364,11 @@ class Consumer:
     def _flush_out(self) -> None:
         if self._group is not None:
             self._group.settle()
+            changes = self._state.sub_changes
+            if changes:
+                for add, prefix in changes:
+                    self._sub.setsockopt(zmq.SUBSCRIBE if add else zmq.UNSUBSCRIBE, prefix)
+                changes.clear()
         out = self._state.out
         if out:
             for frames in out:

@@ -108,6 +108,9 @@ class ConsumerState(RecordIntake):
         # earliest record, into queues of their own.
         self.group = group
         self.sinks: dict[str, deque[Record]] = {}
+        # A group member subscribes to the records of the partitions it reads only (publishers filter the
+        # rest out): SUB prefixes to add (True) or remove (False), for the consumer to apply.
+        self.sub_changes: list[tuple[bool, bytes]] = []
 
     # -- subscriptions ------------------------------------------------------
 
@@ -123,6 +126,8 @@ class ConsumerState(RecordIntake):
             self.group.subscribe(topic, self.now)
         self.topics.append(topic)
         self._get_heads((topic,))
+        if self._gated(topic):
+            return [proto.subscription(proto.HEAD, topic, exact=True)]  # the records: per partition, once ours
         prefixes = [proto.subscription(proto.RECORD, topic, exact=True), proto.subscription(proto.HEAD, topic, exact=True)]
         return prefixes + batching.consumer_subscriptions(topic) if self.batches else prefixes
 
@@ -242,11 +247,19 @@ class ConsumerState(RecordIntake):
     def _knows(self, topic: str, address: str) -> bool:
         """Whether a store's DIRECT-HEAD may open this partition."""
         key = (topic, address)
-        return self._earliest(topic) or key in self.partitions or key in self._positions or (
-            self.group is not None and topic not in self.sinks)
+        return self._earliest(topic) or key in self.partitions or key in self._positions or self._gated(topic)
 
     def _earliest(self, topic: str) -> bool:
         return self.earliest or topic in self.sinks
+
+    def _gated(self, topic: str) -> bool:
+        """Whether the group says which of the topic's partitions we read."""
+        return self.group is not None and topic not in self.sinks
+
+    def _partition_subscriptions(self, topic: str, address: str) -> list[bytes]:
+        """The SUB prefixes of one partition's live records (RECORD, and RECORDS with batches)."""
+        ids = (proto.RECORD, proto.RECORDS) if self.batches else (proto.RECORD,)
+        return [proto.record_prefix(msg_id, topic, address, topic) for msg_id in ids]
 
     def _partition(self, topic: str, address: str, seq: int) -> Partition | None:
         """The partition a message is about, opened at first sight; None if
@@ -254,7 +267,7 @@ class ConsumerState(RecordIntake):
         p = self.partitions.get((topic, address))
         if p is None:
             group = self.group
-            if group is not None and topic not in self.sinks:
+            if self._gated(topic):
                 key = (topic, address)
                 group.meet(topic, address, seq, self.now)
                 if key not in group.owned:
@@ -274,6 +287,8 @@ class ConsumerState(RecordIntake):
             start = 0 if self._earliest(topic) else seq
         p = Partition(topic, address, start, self.sinks.get(topic, self.ready))
         self.partitions[key] = p
+        if self._gated(topic):
+            self.sub_changes.extend((True, prefix) for prefix in self._partition_subscriptions(topic, address))
         self.record_prefixes[proto.record_prefix(proto.RECORD, topic, address, topic)] = p
         self.record_prefixes[proto.record_prefix(proto.DIRECT_RECORD, self.address, address, topic)] = p
         log.debug("consumer %s: new partition %s/%s from offset %d", self.address, topic, address, start)
@@ -301,6 +316,7 @@ class ConsumerState(RecordIntake):
         p = self.partitions.pop((topic, partition), None)
         if p is None:
             return
+        self.sub_changes.extend((False, prefix) for prefix in self._partition_subscriptions(topic, partition))
         self.record_prefixes.pop(proto.record_prefix(proto.RECORD, topic, partition, topic), None)
         self.record_prefixes.pop(proto.record_prefix(proto.DIRECT_RECORD, self.address, partition, topic), None)
         self.awaiting.discard(p)

@@ -188,13 +188,17 @@ class Producer:
                 _raw_send(pub, state.record_frame(seq), zmq.SNDMORE)
                 _raw_send(pub, value)
             if audience.batches:
-                if state.batch_due:
+                if state.batch_due or not seq:  # (the first record goes at once, before its HEAD below)
                     self._send_batch()
                 elif not self._lingering:
                     self._lingering = True  # the loop sends the batch if no record fills it first
                     self._waker.send(_LINGER, zmq.NOBLOCK)
             if on_delivery is not None:
                 self._callbacks.append((seq, on_delivery))
+            if not seq:
+                # A HEAD at once after the first record: who reads only some partitions of the topic (a
+                # consumer group's member) learns of this one now, not a head_interval later.
+                self._pub.send(state.head_frame())
         return SendHandle(self, seq)
 
     def flush(self, timeout: float | None = None) -> None:

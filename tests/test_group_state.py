@@ -254,9 +254,12 @@ def test_the_consumer_opens_an_assigned_partition_at_the_groups_commit_whoever_c
     join(group)
     group.committed[(TOPIC, "P1")] = 3
     cs = ConsumerState("A", reset="earliest", group=group)
-    cs.subscribe(TOPIC)
+    # A member's topic subscription is its HEADs alone: the records of a partition once it is ours.
+    assert cs.subscribe(TOPIC) == [proto.subscription(proto.HEAD, TOPIC, exact=True)]
     cs.out.clear()
     cs.on_frames(proto.encode(proto.RecordMsg(TOPIC, "P1", TOPIC, 5, b"x")))  # met, assigned, opened at once
+    live = [proto.record_prefix(msg_id, TOPIC, "P1", TOPIC) for msg_id in (proto.RECORD, proto.RECORDS)]
+    assert cs.sub_changes == [(True, prefix) for prefix in live]
     assert group.assigned == [(TOPIC, "P1")] and group.known[(TOPIC, "P1")] == 5
     p = cs.partitions[(TOPIC, "P1")]
     assert (p.next, p.head, p.pending) == (3, 5, {5: b"x"})  # from the commit, not from 0 (reset)
@@ -265,6 +268,7 @@ def test_the_consumer_opens_an_assigned_partition_at_the_groups_commit_whoever_c
     assert cs.partitions[(TOPIC, "P1")] is p
     cs.stop(TOPIC, "P1")
     assert (TOPIC, "P1") not in cs.partitions and not cs.record_prefixes
+    assert cs.sub_changes[2:] == [(False, prefix) for prefix in live]
     # With another member, only the partitions the group gives us open.
     group.members["B"] = Member(frozenset({TOPIC}), 0.0)
     for i in range(10):

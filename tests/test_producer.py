@@ -225,3 +225,24 @@ def test_dafka_producers_do_not_connect_to_each_other_but_to_every_other_peer(to
         for p in producers:
             p.close(timeout=1)
         reference.close()
+
+
+def test_the_first_record_is_followed_by_a_head_at_once(tower):
+    """Who subscribes to a topic's HEADs only (a consumer group's member, rfc 14.2) learns of a new
+    partition from its first record, not a head_interval later."""
+    watcher = RawPeer(tower, "W" * 32, [proto.subscription(proto.HEAD, "new", exact=True)])
+    producer = Producer("new", loopback_config(tower, producer__head_interval=60_000, producer__min_acks=0))
+    try:
+        wait_for(lambda: watcher.pump() or watcher.peers, what="the watcher to meet the producer")
+        time.sleep(0.3)  # its subscription reaches the producer
+        sent = time.monotonic()
+        producer.send(b"first")
+        head = watcher.recv(proto.HeadMsg, timeout=5)
+        assert (head.address, head.sequence) == (producer.address, 0)
+        assert time.monotonic() - sent < 1.0
+        producer.send(b"second")
+        with pytest.raises(AssertionError):
+            watcher.recv(proto.HeadMsg, timeout=0.5)  # only the first: the rest wait for head_interval
+    finally:
+        producer.close(timeout=1)
+        watcher.close()
