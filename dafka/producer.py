@@ -232,6 +232,11 @@ class Producer:
         except zmq.ZMQError:
             pass  # the loop has ended
         self._thread.join(5)
+        head = self._state.head_frame()
+        if head is not None:
+            # A last HEAD: who missed the last records (a burst before its subscription arrived) learns
+            # of them now, and fetches them from the stores, not when this producer's beacon expires.
+            self._pub.send(head, zmq.NOBLOCK)
         self._waker.close(0)
         self._pub.disable_monitor()
         self._monitor.close(0)

@@ -714,11 +714,13 @@ class Subscription:
     subscribe: bool
     msg_id: bytes  # b"" when the whole stream was subscribed
     topic: str
-    exact: bool = False  # the prefix ended with the topic's NUL
+    exact: bool = False  # the prefix went on past the topic's NUL...
+    rest: bytes = b""  # ...with these bytes: a consumer group member's one partition (rfc 14.2)
 
 
 def decode_subscription(frame: bytes) -> Subscription:
-    """Decode ``0x01|0x00 id topic [NUL]`` as received by an XPUB socket."""
+    """Decode ``0x01|0x00 id topic [NUL [rest]]`` as received by an XPUB socket
+    (``rest``: the start of frame 1 after the topic, one partition's records)."""
     if not isinstance(frame, (bytes, bytearray, memoryview)):
         raise MalformedMessage("subscription frame is not bytes")
     frame = bytes(frame)
@@ -728,18 +730,13 @@ def decode_subscription(frame: bytes) -> Subscription:
     if flag not in (0, 1):
         raise MalformedMessage(f"subscription flag {flag} is neither 0 nor 1")
     msg_id = frame[1:2]
-    rest = frame[2:]
-    exact = rest.endswith(b"\0")
-    if exact:
-        rest = rest[:-1]
-    if b"\0" in rest:
-        raise MalformedMessage("NUL inside a subscribed topic")
-    return Subscription(flag == 1, msg_id, _s(rest), exact)
+    topic, nul, rest = frame[2:].partition(b"\0")
+    return Subscription(flag == 1, msg_id, _s(topic), bool(nul), rest)
 
 
 def encode_subscription(sub: Subscription) -> bytes:
     """The frame an XPUB sees for ``sub`` (useful for tests and proxies)."""
-    body = sub.msg_id + _topic(sub.topic) + (b"\0" if sub.exact else b"")
+    body = sub.msg_id + _topic(sub.topic) + (b"\0" + sub.rest if sub.exact else b"")
     return (b"\x01" if sub.subscribe else b"\x00") + body
 
 

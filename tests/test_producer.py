@@ -227,9 +227,9 @@ def test_dafka_producers_do_not_connect_to_each_other_but_to_every_other_peer(to
         reference.close()
 
 
-def test_the_first_record_is_followed_by_a_head_at_once(tower):
+def test_a_head_follows_the_first_record_at_once_and_the_producer_leaves_with_one(tower):
     """Who subscribes to a topic's HEADs only (a consumer group's member, rfc 14.2) learns of a new
-    partition from its first record, not a head_interval later."""
+    partition from its first record, not a head_interval later, and of its last records as it leaves."""
     watcher = RawPeer(tower, "W" * 32, [proto.subscription(proto.HEAD, "new", exact=True)])
     producer = Producer("new", loopback_config(tower, producer__head_interval=60_000, producer__min_acks=0))
     try:
@@ -241,8 +241,12 @@ def test_the_first_record_is_followed_by_a_head_at_once(tower):
         assert (head.address, head.sequence) == (producer.address, 0)
         assert time.monotonic() - sent < 1.0
         producer.send(b"second")
+        producer.send(b"third")
         with pytest.raises(AssertionError):
-            watcher.recv(proto.HeadMsg, timeout=0.5)  # only the first: the rest wait for head_interval
+            watcher.recv(proto.HeadMsg, timeout=0.5)  # only the first: the rest wait for head_interval...
+        producer.close(timeout=1)
+        head = watcher.recv(proto.HeadMsg, timeout=5)  # ...or for the last HEAD, as the producer leaves
+        assert (head.address, head.sequence) == (producer.address, 2)
     finally:
         producer.close(timeout=1)
         watcher.close()

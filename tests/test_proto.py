@@ -480,13 +480,19 @@ def test_beacon_port_out_of_range_is_rejected(port):
 # --------------------------------------------------------------------------
 
 
+def test_a_subscription_to_one_partition_keeps_what_follows_the_topic():
+    prefix = proto.record_prefix(proto.RECORDS, TOPIC, PRODUCER, TOPIC)
+    sub = proto.decode_subscription(b"\x01" + prefix)
+    assert (sub.msg_id, sub.topic, sub.exact) == (proto.RECORDS, TOPIC, True)
+    assert sub.rest == prefix[len(TOPIC) + 2:] and proto.encode_subscription(sub) == b"\x01" + prefix
+
+
 @pytest.mark.parametrize(
     "frame, word",
     [
         (b"", "empty"),
         (b"\x02Mhello", "flag"),
         (b"\xffMhello", "flag"),
-        (b"\x01Mhel\x00lo", "NUL"),
     ],
 )
 def test_malformed_subscription(frame, word):
