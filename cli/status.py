@@ -98,7 +98,7 @@ class Survey:
                     "partitions": [
                         {"topic": e.subject, "partition": e.address,
                          "committed": None if e.offset == proto.NO_OFFSET else e.offset}
-                        for e in msg.entries if not e.released],
+                        for e in msg.entries if e.state == proto.READING],
                 })
         return rows
 

@@ -150,6 +150,11 @@ class ConsumerState(RecordIntake):
             t == topic for t, _ in self._positions) or any(
             t == topic for t, _ in self.partitions)
 
+    def ask_heads(self, topics: Iterable[str]) -> None:
+        """GET-HEADS for ``topics``, now."""
+        for topic in topics:
+            self.out.append(proto.encode(proto.GetHeadsMsg(topic, self.address)))
+
     def _get_heads(self, topics: Iterable[str]) -> None:
         """GET-HEADS for each of ``topics`` whose heads the stores should tell us."""
         for topic in topics:
@@ -316,6 +321,8 @@ class ConsumerState(RecordIntake):
         p = self.partitions.pop((topic, partition), None)
         if p is None:
             return
+        if self.group is not None:
+            self.group.meet(topic, partition, p.head, self.now)  # the head we learnt, should it come back to us
         self.sub_changes.extend((False, prefix) for prefix in self._partition_subscriptions(topic, partition))
         self.record_prefixes.pop(proto.record_prefix(proto.RECORD, topic, partition, topic), None)
         self.record_prefixes.pop(proto.record_prefix(proto.DIRECT_RECORD, self.address, partition, topic), None)

@@ -126,6 +126,7 @@ class GroupState:
         known = self.known.get(key)
         if known is None:
             self.known[key] = seq
+            self.heartbeat_due = now  # the others learn of it from us, should they have missed it
             self._rebalance(now)
         elif seq > known:
             self.known[key] = seq
@@ -141,7 +142,7 @@ class GroupState:
             key = (entry.subject, entry.address)
             if entry.offset != proto.NO_OFFSET and entry.offset > committed.get(key, -1):
                 committed[key] = entry.offset
-            if not entry.released:
+            if entry.state == proto.READING:
                 holds.add(key)
             if key not in self.known and key[0] in self.topics:
                 self.known[key] = -1  # its head is not known yet
@@ -252,10 +253,13 @@ class GroupState:
 
     def heartbeat(self, leaving: bool = False) -> list[bytes]:
         committed = self.committed
-        entries = [proto.GroupEntry(t, p, committed.get((t, p), proto.NO_OFFSET), leaving)
+        entries = [proto.GroupEntry(t, p, committed.get((t, p), proto.NO_OFFSET),
+                                    proto.RELEASED if leaving else proto.READING)
                    for t, p in sorted(self.owned)]
-        entries += [proto.GroupEntry(t, p, committed.get((t, p), proto.NO_OFFSET), True)
+        entries += [proto.GroupEntry(t, p, committed.get((t, p), proto.NO_OFFSET), proto.RELEASED)
                     for t, p in sorted(self.released) if (t, p) not in self.owned]
+        entries += [proto.GroupEntry(t, p, committed.get((t, p), proto.NO_OFFSET), proto.KNOWN)
+                    for t, p in sorted(self.known) if (t, p) not in self.owned and (t, p) not in self.released]
         return proto.encode(proto.GroupMemberMsg(self.group, self.address, tuple(sorted(self.topics)),
                                                  tuple(entries), leaving))
 

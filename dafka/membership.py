@@ -104,9 +104,15 @@ class Membership:
         self.commit_if_due()  # also while a read waits: what earlier reads returned is consumed
         if group.assigned:
             keys, group.assigned = group.assigned, []
+            unknown = set()
             for topic, partition in keys:
-                cs.start(topic, partition, group.committed.get((topic, partition)),
-                         group.known.get((topic, partition), -1))
+                head = group.known.get((topic, partition), -1)
+                cs.start(topic, partition, group.committed.get((topic, partition)), head)
+                if head < 0:
+                    unknown.add(topic)
+            # Known only from another member's heartbeat: its producer may have sent everything and
+            # gone quiet; the stores tell its head (a live producer also sends one for the subscription).
+            cs.ask_heads(unknown)
             log.info("group %s: %s reads %s", group.group, group.address, _names(keys))
             self._call(self.on_assign, keys)
         if group.revoked:

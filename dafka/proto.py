@@ -254,18 +254,21 @@ class DirectPartitionsMsg:
 
 
 NO_OFFSET = 2**64 - 1  # a GROUP-MEMBER entry of a partition with no committed offset
+# The state of a partition in a GROUP-MEMBER entry: the member reads it, has just handed it over, or only
+# knows of it (so that every member assigns the same partitions, also those it never met itself).
+READING, RELEASED, KNOWN = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True)
 class GroupEntry:
-    """One partition in a GROUP-MEMBER: the member reads it (or, ``released``,
-    has just handed it over), and ``offset`` is the next offset to read as
-    the member last committed it (:data:`NO_OFFSET`: never committed)."""
+    """One partition in a GROUP-MEMBER: its ``state`` (:data:`READING`,
+    :data:`RELEASED` or :data:`KNOWN`), and ``offset``, the next offset to read
+    as the group last committed it (:data:`NO_OFFSET`: never committed)."""
 
     subject: str
     address: str
     offset: int
-    released: bool = False
+    state: int = READING
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,6 +361,12 @@ def _strings(values: Sequence[str]) -> bytes:
     return b"".join(parts)
 
 
+def _u8(value: int, field: str) -> bytes:
+    if not 0 <= value <= 255:
+        raise ValueError(f"{field} {value} does not fit in a byte")
+    return bytes((value,))
+
+
 def _header(msg_id: bytes, topic: str) -> bytes:
     return msg_id + _topic(topic) + b"\0\x01"
 
@@ -407,7 +416,7 @@ def encode(msg: Message) -> list[bytes]:
         ]
         for entry in msg.entries:
             parts.append(_string(entry.subject, "subject") + _string(entry.address, "address")
-                         + _u64(entry.offset, "offset") + bytes((1 if entry.released else 0,)))
+                         + _u64(entry.offset, "offset") + _u8(entry.state, "entry state"))
         return [b"".join(parts)]
     if kind is DirectRecordsMsg or kind is RecordsMsg:
         count = msg.count
@@ -663,10 +672,10 @@ def _decode_group_member(r: _Reader, topic: str) -> GroupMemberMsg:
         subject = r.string("subject")
         partition = r.string("address")
         offset = r.u64("offset")
-        (released,) = r.take(1, "entry state")
-        if released > 1:
-            raise MalformedMessage(f"GROUP-MEMBER entry state {released}, expected 0 or 1")
-        entries.append(GroupEntry(subject, partition, offset, bool(released)))
+        (state,) = r.take(1, "entry state")
+        if state > KNOWN:
+            raise MalformedMessage(f"GROUP-MEMBER entry state {state}, expected 0, 1 or 2")
+        entries.append(GroupEntry(subject, partition, offset, state))
     r.end()
     return GroupMemberMsg(topic, address, subjects, tuple(entries), bool(flags))
 

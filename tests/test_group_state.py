@@ -195,6 +195,21 @@ def test_a_member_that_was_stopped_gives_everything_up_and_joins_again():
     assert a.ready and a.assigned == [(TOPIC, "P1")]
 
 
+def test_members_agree_on_partitions_only_one_of_them_met():
+    a, b = member("A"), member("B")
+    for p in partitions(7):
+        a.meet(TOPIC, p, 0, 0.0)
+        b.meet(TOPIC, p, 0, 0.0)
+    a.meet(TOPIC, "P99", 0, 0.0)  # B missed it (its producer may be gone): A's heartbeat names it
+    join(a)
+    join(b)
+    exchange([a, b], 0.5)
+    assert b.known[(TOPIC, "P99")] == -1
+    assert all(a.owner(key) == b.owner(key) for key in a.known)
+    (entry,) = [e for e in heartbeat(b).entries if e.address == "P99"]
+    assert entry.state in (proto.READING, proto.KNOWN)
+
+
 def test_members_of_other_groups_and_topics_do_not_count():
     a = member("A")
     a.meet(TOPIC, "P1", 0, 0.0)
@@ -212,7 +227,7 @@ def test_commits_only_go_forward_and_only_for_what_we_read():
     assert a.commit({(TOPIC, "P1"): 4}, 1.0) == {}
     assert a.heartbeat_due == 1.0  # commits are heartbeated at once
     entry = heartbeat(a).entries[0]
-    assert (entry.address, entry.offset, entry.released) == ("P1", 10, False)
+    assert (entry.address, entry.offset, entry.state) == ("P1", 10, proto.READING)
 
 
 def test_the_offsets_topic_records_round_trip_and_bad_ones_are_counted():
@@ -266,9 +281,11 @@ def test_the_consumer_opens_an_assigned_partition_at_the_groups_commit_whoever_c
     assert [proto.decode(f) for f in cs.out] == [proto.FetchMsg("P1", "A", TOPIC, 3, 3)]
     cs.start(TOPIC, "P1", 3, 5)  # the consumer's own start finds it open
     assert cs.partitions[(TOPIC, "P1")] is p
+    cs.on_frames(proto.encode(proto.HeadMsg(TOPIC, "P1", TOPIC, 40)))
     cs.stop(TOPIC, "P1")
     assert (TOPIC, "P1") not in cs.partitions and not cs.record_prefixes
     assert cs.sub_changes[2:] == [(False, prefix) for prefix in live]
+    assert group.known[(TOPIC, "P1")] == 40  # what it learnt while reading, should P1 come back to it
     # With another member, only the partitions the group gives us open.
     group.members["B"] = Member(frozenset({TOPIC}), 0.0)
     for i in range(10):
@@ -292,7 +309,8 @@ def test_with_latest_a_partition_of_unknown_head_opens_when_first_met():
 _PARTS = st.sampled_from([f"P{i}" for i in range(6)])
 _SEQS = st.integers(0, 20)
 _ENTRIES = st.lists(st.builds(proto.GroupEntry, st.just(TOPIC), _PARTS,
-                              st.one_of(_SEQS, st.just(proto.NO_OFFSET)), st.booleans()), max_size=4).map(tuple)
+                              st.one_of(_SEQS, st.just(proto.NO_OFFSET)), st.sampled_from([0, 1, 2])),
+                     max_size=4).map(tuple)
 _TRAFFIC = st.one_of(
     st.builds(lambda p, seq: proto.RecordMsg(TOPIC, p, TOPIC, seq, b"v"), _PARTS, _SEQS),
     st.builds(lambda p, seq: proto.HeadMsg(TOPIC, p, TOPIC, seq), _PARTS, _SEQS),

@@ -188,14 +188,14 @@ def test_store_hello_round_trip(msg):
 
 
 group_entries = st.lists(
-    st.builds(proto.GroupEntry, strings, strings, sequences, st.booleans()), max_size=8).map(tuple)
+    st.builds(proto.GroupEntry, strings, strings, sequences, st.sampled_from([0, 1, 2])), max_size=8).map(tuple)
 
 
 @ROUND_TRIP
 @given(st.builds(proto.GroupMemberMsg, topics, strings, subject_lists, group_entries, st.booleans()))
 @example(proto.GroupMemberMsg("", ""))
 @example(proto.GroupMemberMsg("billing", "c-1", ("orders",),
-                              (proto.GroupEntry("orders", "p-1", proto.NO_OFFSET, True),), leaving=True))
+                              (proto.GroupEntry("orders", "p-1", proto.NO_OFFSET, proto.RELEASED),), leaving=True))
 def test_group_member_round_trip(msg):
     _round_trip(msg)
 
