@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 
 FETCH_CHUNK = 100_000  # at most this many records asked for in one FETCH
 HEADS_BACKOFF_MAX = 64  # the tail watch's interval doubles up to this many times heads_interval
+# A FETCH for a gap that later records already wait behind is asked again after this long without any
+# progress (at most fetch_retry): it may have reached a producer that had just released those records
+# and a store that had not written them yet, and the gap is certain.
+GAP_RETRY = 0.2
 
 
 class Partition:
@@ -506,7 +510,8 @@ class ConsumerState(RecordIntake):
 
     def tick(self, now: float) -> None:
         """Advance time; repeat a FETCH only when its partition has made no
-        progress for ``fetch_retry`` (answers still flowing are not re-asked).
+        progress for ``fetch_retry``, or :data:`GAP_RETRY` when later records
+        wait behind the gap (answers still flowing are not re-asked).
         Only partitions in :attr:`awaiting` are looked at: with none and no
         tail watch (:attr:`heads_due`), nothing needs the clock."""
         self.now = now
@@ -520,6 +525,7 @@ class ConsumerState(RecordIntake):
                 p.seen_next = p.next
                 p.progress_at = now
                 continue
-            if p.head >= p.next and now - max(p.fetched_at, p.progress_at) >= self.fetch_retry:
+            wait = min(GAP_RETRY, self.fetch_retry) if p.pending else self.fetch_retry
+            if p.head >= p.next and now - max(p.fetched_at, p.progress_at) >= wait:
                 p.forget_fetch()
                 self._request(p)

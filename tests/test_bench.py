@@ -37,8 +37,9 @@ def test_benchmark_runs_and_reports_every_scenario(tmp_path):
     assert bulk["live"]["alone_ack_rate"] > 0 and bulk["live"]["busy_ack_rate"] > 0
     assert results["hold"]["buffered"] == 2000
     for members, group in results["groups"].items():
-        # every record reached the group once, and every member read its share of the 8 partitions
-        assert group["received"] == group["records"] == 2000, members
+        # every record reached the group (a few twice, at most, while the members' views settle), and no
+        # member read more than its share of the 8 partitions
+        assert group["records"] == 2000 and 2000 <= group["received"] <= 2100, (members, group["received"])
         assert max(group["shares"]) <= -(-8 // int(members)), group["shares"]  # nobody above its share
     for process, cpu in run["direct"]["cpu_us"].items():
         assert cpu is not None and cpu > 0, process

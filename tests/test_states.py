@@ -175,6 +175,23 @@ def test_unanswered_fetch_is_retried():
     assert again.sequence == 0
 
 
+def test_a_gap_that_later_records_wait_behind_is_asked_again_sooner():
+    state = ConsumerState(ME, reset="earliest", fetch_retry=1.0)
+    state.subscribe("t")
+    state.tick(10.0)
+    state.on_frames(proto.encode(proto.HeadMsg("t", P, "t", 0)))
+    [first] = fetches(state)
+    assert (first.sequence, first.count) == (0, 1)
+    state.on_frames(record(1))  # live, behind the gap: its answer is overdue sooner
+    state.on_frames(record(2))
+    fetches(state)
+    state.tick(10.1)
+    assert fetches(state) == []
+    state.tick(10.25)
+    [again] = fetches(state)
+    assert (again.sequence, again.count) == (0, 3)
+
+
 def test_big_gap_is_fetched_in_chunks():
     state = ConsumerState(ME, reset="earliest", fetch_max_bytes=1 << 40)
     state.subscribe("t")
