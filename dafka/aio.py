@@ -41,8 +41,8 @@ from typing import Any, Callable, Iterable
 import zmq
 
 from .consumer import Consumer
-from .membership import Callback, ConsumerRebalanceListener
 from .errors import BufferFull, Closed, FlushTimeout
+from .membership import Callback, ConsumerRebalanceListener
 from .peer import ConfigLike
 from .producer import Producer
 from .records import Record, RecordMetadata, TopicPartition

@@ -61,7 +61,7 @@ class Audience:
 
     def on_subscription(self, sub: proto.Subscription) -> bool:
         """Count one (un)subscription; True if it was about our records."""
-        raw = sub.msg_id + proto.encode_subscription(sub)[2:]
+        raw = proto.subscription_prefix(sub)
         if sub.msg_id and not (self._record.startswith(raw) or self._records.startswith(raw)):
             return False
         self._counts[raw] += 1 if sub.subscribe else -1

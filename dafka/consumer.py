@@ -266,10 +266,7 @@ class Consumer:
         with self._lock:
             self._check_open()
             topic = topic or self._topic_of(partition)
-            ready = self._state.ready
-            kept = [r for r in ready if (r.topic, r.partition) != (topic, partition)]
-            ready.clear()
-            ready.extend(kept)
+            self._state.drop_ready(topic, partition)
             self._state.seek(topic, partition, offset)
             self._flush_out()
 

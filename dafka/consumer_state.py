@@ -129,7 +129,7 @@ class ConsumerState(RecordIntake):
         elif self.group is not None:
             self.group.subscribe(topic, self.now)
         self.topics.append(topic)
-        self._get_heads((topic,))
+        self.get_heads((topic,))
         if self._gated(topic):
             return [proto.subscription(proto.HEAD, topic, exact=True)]  # the records: per partition, once ours
         prefixes = [proto.subscription(proto.RECORD, topic, exact=True), proto.subscription(proto.HEAD, topic, exact=True)]
@@ -154,12 +154,7 @@ class ConsumerState(RecordIntake):
             t == topic for t, _ in self._positions) or any(
             t == topic for t, _ in self.partitions)
 
-    def ask_heads(self, topics: Iterable[str]) -> None:
-        """GET-HEADS for ``topics``, now."""
-        for topic in topics:
-            self.out.append(proto.encode(proto.GetHeadsMsg(topic, self.address)))
-
-    def _get_heads(self, topics: Iterable[str]) -> None:
+    def get_heads(self, topics: Iterable[str]) -> None:
         """GET-HEADS for each of ``topics`` whose heads the stores should tell us."""
         for topic in topics:
             if self._asks_heads(topic):
@@ -177,7 +172,7 @@ class ConsumerState(RecordIntake):
         self.now = now
         self.live = live
         if gone:
-            self._get_heads(self.topics)
+            self.get_heads(self.topics)
         self._watch_tails(restart=bool(gone))
 
     def _watch_tails(self, restart: bool = False) -> None:
@@ -203,7 +198,7 @@ class ConsumerState(RecordIntake):
                 topics.add(p.topic)
                 progress = progress or p.next != p.watched_next
                 p.watched_next = p.next
-        self._get_heads(topics)
+        self.get_heads(topics)
         self.heads_asked += 1
         if progress:
             self._heads_wait = self.heads_interval
@@ -331,12 +326,16 @@ class ConsumerState(RecordIntake):
         self.record_prefixes.pop(proto.record_prefix(proto.RECORD, topic, partition, topic), None)
         self.record_prefixes.pop(proto.record_prefix(proto.DIRECT_RECORD, self.address, partition, topic), None)
         self.awaiting.discard(p)
+        self.drop_ready(topic, partition)
+        self._watch_tails()
+
+    def drop_ready(self, topic: str, partition: str) -> None:
+        """Take a partition's records out of the ready queue (in place: partitions deliver into it)."""
         ready = self.ready
         if any(r.partition == partition and r.topic == topic for r in ready):
             kept = [r for r in ready if r.partition != partition or r.topic != topic]
             ready.clear()
             ready.extend(kept)
-        self._watch_tails()
 
     # -- incoming -----------------------------------------------------------
 

@@ -112,7 +112,7 @@ class Membership:
                     unknown.add(topic)
             # Known only from another member's heartbeat: its producer may have sent everything and
             # gone quiet; the stores tell its head (a live producer also sends one for the subscription).
-            cs.ask_heads(unknown)
+            cs.get_heads(unknown)
             log.info("group %s: %s reads %s", group.group, group.address, _names(keys))
             self._call(self.on_assign, keys)
         if group.revoked:

@@ -134,7 +134,7 @@ class ProducerState:
         HEAD at once so it can fetch what it missed."""
         if not sub.subscribe or self.next_seq == 0:
             return False
-        prefix = sub.msg_id + proto._b(sub.topic) + (b"\0" + sub.rest if sub.exact else b"")
+        prefix = proto.subscription_prefix(sub)
         return self.head_prefix.startswith(prefix) or self.record_prefix.startswith(prefix)
 
     # -- acks ---------------------------------------------------------------

@@ -743,10 +743,14 @@ def decode_subscription(frame: bytes) -> Subscription:
     return Subscription(flag == 1, msg_id, _s(topic), bool(nul), rest)
 
 
+def subscription_prefix(sub: Subscription) -> bytes:
+    """The prefix ``sub`` subscribes: what a message must start with to reach the subscriber."""
+    return sub.msg_id + _topic(sub.topic) + (b"\0" + sub.rest if sub.exact else b"")
+
+
 def encode_subscription(sub: Subscription) -> bytes:
     """The frame an XPUB sees for ``sub`` (useful for tests and proxies)."""
-    body = sub.msg_id + _topic(sub.topic) + (b"\0" + sub.rest if sub.exact else b"")
-    return (b"\x01" if sub.subscribe else b"\x00") + body
+    return (b"\x01" if sub.subscribe else b"\x00") + subscription_prefix(sub)
 
 
 # --------------------------------------------------------------------------
