@@ -599,8 +599,9 @@ def scenario_bulk_reads(records: int, size: int, session, concurrency: bool) -> 
         if session is not None:
             tower = {"tower": c.tower.pub_endpoint, "towerSub": c.tower.sub_endpoint,
                      "dafka.beacon/address": "127.0.0.1"}
-            out["spark_tower_rate"] = spark_rate(session, records, maxRecordsPerPartition=split, **tower)
-            out["spark_path_running_rate"] = spark_rate(session, records, path=db, maxRecordsPerPartition=split)
+            out["spark_tower_rate"] = spark_rate(session, records, store.pid, maxRecordsPerPartition=split, **tower)
+            out["spark_path_running_rate"] = spark_rate(session, records, store.pid, path=db,
+                                                        maxRecordsPerPartition=split)
         if concurrency:
             out.update(_concurrent_reads(c, records, session, rss))
         s = c.stop_store(store)
@@ -810,12 +811,64 @@ def spark_session():
     return session
 
 
-def spark_rate(session, records: int, **options: str) -> dict:
+def _process_tree_cpu(store_pid: int | None) -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of this process and its descendants, by pid, with
+    what each is: the Spark JVM, Spark's Python workers, the store, this
+    process (the Spark driver's Python side and the tower) or another peer."""
+    parents: dict[int, int] = {}
+    stats: dict[int, tuple[str, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm, rest = (entry / "stat").read_text().rsplit(")", 1)
+        except OSError:
+            continue  # gone meanwhile
+        fields = rest.split()
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        # with the CPU of its children that ended and were waited for (a Python worker Spark replaced)
+        stats[pid] = (comm.split("(", 1)[1], sum(int(v) for v in fields[11:15]) / tick)
+    me = os.getpid()
+    out: dict[int, tuple[str, float]] = {}
+    for pid, (comm, cpu) in stats.items():
+        ancestor, kind = pid, None
+        while ancestor not in (me, 0, 1) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if pid == me:
+            kind = "driver"
+        elif ancestor != me:
+            continue
+        elif pid == store_pid:
+            kind = "store"
+        elif comm == "java":
+            kind = "JVM"
+        elif parents.get(pid) != me:
+            kind = "Python workers"  # started by the JVM (pyspark.daemon and its forks)
+        else:
+            kind = "other"
+        out[pid] = (kind, cpu)
+    return out
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy, all) CPU time of the machine so far, from /proc/stat."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+
+def spark_rate(session, records: int, store_pid: int | None = None, **options: str) -> dict:
     """Rows/s of a query that reads every row's value, in steady state: three
     runs of the same query first (Python workers started and kept for reuse,
     the JVM's JIT warmed), then the median and best of three timed runs.  A
     ``limit(10)`` warm-up would not do: Spark abandons that worker, and every
-    timed query would pay for starting a new one."""
+    timed query would pay for starting a new one.
+
+    Over the timed runs, also the CPU each kind of process spent per row
+    (the JVM, Spark's Python workers, the store ``store_pid``, this process)
+    and how busy the machine's cores were: what a read costs in all, and who
+    pays for it."""
     reader = session.read.format("dafka").option("topic", TOPIC)
     for key, value in options.items():
         reader = reader.option(key, value)
@@ -830,8 +883,17 @@ def spark_rate(session, records: int, **options: str) -> dict:
 
     for _ in range(3):
         timed()
+    before, busy_before = _process_tree_cpu(store_pid), _machine_busy()
     rates = sorted(timed() for _ in range(3))
-    return {"median": rates[1], "best": rates[2], "runs": rates}
+    after, busy_after = _process_tree_cpu(store_pid), _machine_busy()
+    cpu: dict[str, float] = {}
+    for pid, (kind, seconds) in after.items():
+        cpu[kind] = cpu.get(kind, 0.0) + seconds - before.get(pid, (kind, 0.0))[1]
+    cores = os.cpu_count() or 1
+    busy = (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1]) * cores
+    return {"median": rates[1], "best": rates[2], "runs": rates,
+            "cpu_us": {kind: seconds / (3 * records) * 1e6 for kind, seconds in sorted(cpu.items()) if seconds > 0},
+            "busy_cores": busy}
 
 
 def spark_once(session, records: int, **options: str) -> float:
@@ -975,7 +1037,8 @@ def print_bulk(b: dict, ceiling_rate: float) -> None:
         if rate is not None:
             vs = f", {rate['median'] / path['median']:.2f}x path" if path and key != "spark_path_rate" else ""
             print(f"{label:<44} {fmt_rate(rate['median'], ceiling_rate):<28} best {rate['best']:,.0f}/s, "
-                  f"{b['spark_tasks']} tasks{vs}")
+                  f"{b['spark_tasks']} tasks{vs}; {fmt_cpu(rate.get('cpu_us', {}))}; "
+                  f"{rate.get('busy_cores', 0):.2f} of {os.cpu_count()} cores busy")
     if "four_readers" in b:
         f = b["four_readers"]
         print(f"{'4 bulk readers at once: store RSS':<44} {'':<28} {f['rss_before_mib']:.0f} -> "

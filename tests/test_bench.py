@@ -4,8 +4,10 @@ complete results.  Nothing here is about speed: rates are only printed."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,3 +45,46 @@ def test_benchmark_runs_and_reports_every_scenario(tmp_path):
         assert max(group["shares"]) <= -(-8 // int(members)), group["shares"]  # nobody above its share
     for process, cpu in run["direct"]["cpu_us"].items():
         assert cpu is not None and cpu > 0, process
+
+
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dafka_bench_run", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.timeout(60)
+def test_spark_cpu_split_finds_who_spent_it():
+    """The CPU split printed beside the Spark rates: the bench itself is
+    "driver", the store's pid "store", another child "other", and a
+    grandchild (Spark's Python workers are the JVM's children) "Python
+    workers"; each with the CPU it burnt."""
+    bench = _bench_module()
+    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\nprint(flush=True)\n"
+    sleep = "import time; time.sleep(30)\n"
+    spawner = ("import subprocess, sys\n"
+               f"child = subprocess.Popen([sys.executable, '-c', {burn + sleep!r}])\n" + sleep)
+    procs = [subprocess.Popen([sys.executable, "-c", burn + sleep], stdout=subprocess.PIPE),
+             subprocess.Popen([sys.executable, "-c", spawner]),
+             subprocess.Popen([sys.executable, "-c", sleep])]
+    store, spawner_proc, idle = procs
+    try:
+        store.stdout.readline()
+        deadline = time.monotonic() + 20
+        while True:
+            split = bench._process_tree_cpu(store.pid)
+            workers = [cpu for kind, cpu in split.values() if kind == "Python workers"]
+            if (workers and workers[0] >= 0.25) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(10)
+    assert split[os.getpid()][0] == "driver"
+    assert split[store.pid][0] == "store" and split[store.pid][1] >= 0.25
+    assert split[spawner_proc.pid][0] == split[idle.pid][0] == "other"
+    assert len(workers) == 1 and workers[0] >= 0.25, split
