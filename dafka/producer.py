@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 # After a peer connects to the data socket, when to look for its subscriptions (seconds after the
 # handshake): they follow the handshake at once, and a new subscriber of our records gets a HEAD.
 _SUBSCRIPTION_LOOKS = (0.001, 0.005, 0.025, 0.1)
+# While records go out, the data socket is looked at for new subscriptions at most this often (seconds):
+# the look costs a socket option read (about 1.3 us with pyzmq), too much for every record.
+_SUBSCRIPTION_LOOK_INTERVAL = 0.001
 _LINGER = b"L"  # on the wake-up pipe: a batch waits, send it after batching.LINGER
 _clock = time.perf_counter
 
@@ -129,13 +132,15 @@ class Producer:
             self._loop.add_reader(self._shared_sub, lambda sock: self._on_peer_message(sock, "store"))
         # The data socket is the caller's (send) as much as the loop's, so the loop
         # cannot poll it: it learns of a new connection from its monitor, and then
-        # reads the subscriptions under the lock.  Nothing wakes it while all is idle
-        # but the HEAD timer, which also picks up later (un)subscriptions.
+        # reads the subscriptions under the lock.  Later (un)subscriptions are looked
+        # for as records go out and ACKs come in (at most every millisecond); while
+        # all is idle, only the HEAD timer picks them up.
         self._monitor = self._pub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self._loop.add_reader(self._monitor, self._on_connection)
         self._wake, self._waker = wake_pipe(self._ctx, "producer")
         self._loop.add_reader(self._wake, self._drain_wake)
         self._lingering = False  # a batch waits for the loop to send it
+        self._next_look = 0.0  # when to look for new subscriptions next as records go out
         self._loop.call_every(c["producer/head_interval"] / 1000.0, self._on_head_timer)
         self._data.beacon.start()
         self._thread = threading.Thread(target=self._run, name=f"dafka-producer-{self.address[:8]}", daemon=True)
@@ -179,7 +184,8 @@ class Producer:
             if self._closed:
                 raise Closed("producer is closed")
             state = self._state
-            seq = state.publish(value, _clock())
+            now = _clock()
+            seq = state.publish(value, now)
             if seq < 0:
                 seq = self._publish_when_room(value, self.send_timeout if timeout is None else timeout)
             audience = state.audience
@@ -193,6 +199,8 @@ class Producer:
                 elif not self._lingering:
                     self._lingering = True  # the loop sends the batch if no record fills it first
                     self._waker.send(_LINGER, zmq.NOBLOCK)
+            elif now >= self._next_look:
+                self._look_for_subscriptions(now)  # (with batches, after a batch is sent)
             if on_delivery is not None:
                 self._callbacks.append((seq, on_delivery))
             if not seq:
@@ -377,19 +385,38 @@ class Producer:
             _raw_send(pub, frames[0], zmq.SNDMORE)
             _raw_send(pub, frames[1], zmq.SNDMORE)
             _raw_send(pub, frames[2], 0, len(frames[2]) < ZERO_COPY_BYTES)
+            now = _clock()
+            if now >= self._next_look:
+                self._look_for_subscriptions(now)
 
     def _poll_subscriptions(self) -> None:
         with self._cond:
-            wants_head = False
-            for sub in read_subscriptions(self._pub):
-                if sub is None:
-                    self._state.malformed += 1
-                else:
-                    wants_head = self._state.on_subscription(sub) or wants_head
-            if wants_head:
-                self._pub.send(self._state.head_frame())
-            if not self._state.audience.batches:
-                self._send_batch()  # nobody reads batches any more: what waits goes now
+            self._read_subscriptions()
+
+    def _read_subscriptions(self) -> None:
+        """With the lock held: take in the (un)subscriptions the data socket
+        received; a new subscriber of our records or HEADs gets a HEAD at once,
+        so that it fetches what was published before its subscription arrived."""
+        wants_head = False
+        for sub in read_subscriptions(self._pub):
+            if sub is None:
+                self._state.malformed += 1
+            else:
+                wants_head = self._state.on_subscription(sub) or wants_head
+        if wants_head:
+            self._pub.send(self._state.head_frame())
+        if not self._state.audience.batches:
+            self._send_batch()  # nobody reads batches any more: what waits goes now
+
+    def _look_for_subscriptions(self, now: float) -> None:
+        """With the lock held: read the subscriptions if some arrived.  Called
+        as records go out (at most every :data:`_SUBSCRIPTION_LOOK_INTERVAL`)
+        and as ACKs come in, so that a peer subscribing on a connection already
+        open (a group member taking a partition) hears at once of what it
+        missed, not at the next HEAD timer."""
+        self._next_look = now + _SUBSCRIPTION_LOOK_INTERVAL
+        if self._pub.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            self._read_subscriptions()
 
     def _peer_socket(self) -> zmq.Socket:
         sock = self._data.secure(self._ctx.socket(zmq.SUB))
@@ -451,6 +478,9 @@ class Producer:
                     released = self._state.on_ack(sender, msg) or released
                 elif type(msg) is proto.FetchMsg:
                     self._state.on_fetch(msg)
+            now = _clock()
+            if now >= self._next_look:
+                self._look_for_subscriptions(now)
             if released:
                 self._cond.notify_all()
                 callbacks = self._due_callbacks()

@@ -7,6 +7,7 @@ import time
 
 import msgpack
 import pytest
+import zmq
 
 from helpers import loopback_config, wait_for
 from dafka import BufferFull, Closed, FlushTimeout, Producer, RecordTooLarge, proto
@@ -225,6 +226,41 @@ def test_dafka_producers_do_not_connect_to_each_other_but_to_every_other_peer(to
         for p in producers:
             p.close(timeout=1)
         reference.close()
+
+
+def test_a_peer_that_subscribes_to_the_records_later_gets_a_head_at_once(tower):
+    """A group member subscribes to a partition's records only once the group gives it the
+    partition, on a connection open long before (rfc 14.2): what the producer published
+    before that subscription arrived passed it by.  The producer notices the subscription
+    as it publishes, and sends a HEAD at once, not at its next HEAD timer, so that the
+    member fetches what it missed."""
+    watcher = RawPeer(tower, "W" * 32, [proto.subscription(proto.HEAD, "late", exact=True)])
+    producer = Producer("late", loopback_config(tower, producer__head_interval=60_000, producer__min_acks=0))
+    stop = threading.Event()
+
+    def publish() -> None:
+        while not stop.is_set():
+            producer.send(b"x")
+            time.sleep(0.002)
+
+    publisher = threading.Thread(target=publish, daemon=True)
+    try:
+        wait_for(lambda: watcher.pump() or watcher.peers, what="the watcher to meet the producer")
+        time.sleep(0.3)  # its subscription reaches the producer
+        publisher.start()
+        watcher.recv(proto.HeadMsg, timeout=5)  # the first record's HEAD
+        time.sleep(0.2)  # records pass the watcher by
+        subscribed = time.monotonic()
+        watcher.sub.setsockopt(zmq.SUBSCRIBE, proto.record_prefix(proto.RECORD, "late", producer.address, "late"))
+        head = watcher.recv(proto.HeadMsg, timeout=5)
+        assert time.monotonic() - subscribed < 1.0
+        assert head.address == producer.address and head.sequence >= 50  # it missed about 100 records
+    finally:
+        stop.set()
+        if publisher.is_alive():
+            publisher.join(5)
+        producer.close(timeout=1)
+        watcher.close()
 
 
 def test_a_head_follows_the_first_record_at_once_and_the_producer_leaves_with_one(tower):
