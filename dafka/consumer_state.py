@@ -500,7 +500,7 @@ class ConsumerState(RecordIntake):
         if delivered > 0 and p.window_bytes:
             p.record_size = mean_size(p.record_size, p.window_bytes // delivered)
         p.window_from, p.window_bytes = p.next, 0
-        count = min(p.head - p.next + 1, FETCH_CHUNK, fetch_window(self.fetch_max_bytes, p.record_size))
+        count = min(p.head - p.next + 1, FETCH_CHUNK, fetch_window(self.fetch_max_bytes, p.record_size, self.bulk))
         self.out.append(proto.encode(proto.FetchMsg(p.address, self.address, p.topic, p.next, count)))
         self.fetches_sent += 1
         p.fetch_seq = p.next

@@ -144,15 +144,18 @@ class InflightLedger:
 
 UNKNOWN_RECORD_SIZE = 1024  # bytes assumed until some of a partition's records have been seen
 _PER_RECORD = 64 + MESSAGE_OVERHEAD  # frame 1 of a DIRECT-RECORD, and libzmq's bookkeeping
+_PER_BULK_RECORD = 4  # its length in a DIRECT-RECORDS (the message's own cost is spread over thousands)
 
 
-def fetch_window(max_bytes: int, record_size: int) -> int:
+def fetch_window(max_bytes: int, record_size: int, bulk: bool = False) -> int:
     """How many records one FETCH asks for so that its answer takes about
-    ``max_bytes`` in flight (``record_size`` < 0: not known yet).  Asking
-    for no more than an answering peer's in-flight budget lets the answer
-    flow without pausing."""
+    ``max_bytes`` in flight (``record_size`` < 0: not known yet), as its
+    answering peers charge it: a DIRECT-RECORD per record, or, for a
+    requester that reads ``bulk`` answers, DIRECT-RECORDS that cost little
+    more than their records (rfc 6.7).  Asking for no more than an answering
+    peer's in-flight budget lets the answer flow without pausing."""
     size = UNKNOWN_RECORD_SIZE if record_size < 0 else record_size
-    return max(1, max_bytes // (size + _PER_RECORD))
+    return max(1, max_bytes // (size + (_PER_BULK_RECORD if bulk else _PER_RECORD)))
 
 
 def mean_size(previous: int, size: int) -> int:

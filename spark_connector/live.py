@@ -474,6 +474,7 @@ class _RangeReader:
         self.fail_on_data_loss = fail_on_data_loss
         self.fetch_timeout = fetch_timeout
         self.prefix = proto.record_prefix(proto.DIRECT_RECORD, peer.address, partition, topic)
+        self.bulk = bool(peer.config["consumer/bulk"])  # answered with DIRECT-RECORDS by dafka-py peers
         self.nxt = start  # the next offset to read
         self.first = start  # the offset of the first record collected and not yet yielded
         self.parts: list[tuple[pa.Array, pa.Array]] = []
@@ -490,7 +491,7 @@ class _RangeReader:
         nxt = self.nxt
         if nxt > self.window_from and self.received:
             self.record_size = mean_size(self.record_size, self.received // (nxt - self.window_from))
-        count = min(self.end - nxt, proto.MAX_COUNT, fetch_window(self.window_bytes, self.record_size))
+        count = min(self.end - nxt, proto.MAX_COUNT, fetch_window(self.window_bytes, self.record_size, self.bulk))
         self.peer.send(proto.FetchMsg(self.partition, self.peer.address, self.topic, nxt, count))
         self.window_from, self.window_end, self.received = nxt, nxt + count, 0
         self.fetched_at = time.monotonic()

@@ -98,6 +98,11 @@ def test_fetch_window_keeps_an_answer_within_the_byte_budget():
         count = fetch_window(8 << 20, size)
         assert count >= 1
         assert count == 1 or count * (size + MESSAGE_OVERHEAD) <= 8 << 20
+        # DIRECT-RECORDS charge each record its content and a 4-byte length, each message its frames
+        # and MESSAGE_OVERHEAD: a bulk window of 8 MiB is charged at most 8 MiB and a few messages.
+        bulk = fetch_window(8 << 20, size, bulk=True)
+        assert bulk >= count
+        assert bulk == 1 or bulk * (size + 4) <= 8 << 20
 
 
 # -- the producer's answers -------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -205,21 +207,24 @@ def test_big_gap_is_fetched_in_chunks():
     assert (second.sequence, second.count) == (FETCH_CHUNK, 11)
 
 
-def test_fetch_windows_are_sized_in_bytes_from_the_records_seen():
-    """A FETCH asks for about consumer/fetch_max_bytes: sized with a guess
-    first, then with the size of the records received."""
+@pytest.mark.parametrize("bulk,per_record", [(True, 4), (False, 256)])
+def test_fetch_windows_are_sized_in_bytes_from_the_records_seen(bulk, per_record):
+    """A FETCH asks for about consumer/fetch_max_bytes as the answering peers
+    charge it (a DIRECT-RECORD per record costs 256 bytes more than its
+    content, a record in a DIRECT-RECORDS 4): sized with a guess first, then
+    with the size of the records received."""
     budget = 1_000_000
-    state = ConsumerState(ME, reset="earliest", fetch_max_bytes=budget)
+    state = ConsumerState(ME, reset="earliest", fetch_max_bytes=budget, bulk=bulk)
     state.subscribe("t")
     state.out.clear()
     state.on_frames(proto.encode(proto.HeadMsg("t", P, "t", 50_000)))
     [first] = fetches(state)
-    assert (first.sequence, first.count) == (0, fetch_window(budget, -1))
+    assert (first.sequence, first.count) == (0, fetch_window(budget, -1, bulk))
     for seq in range(first.count):
         state.on_record_frames(*record(seq, b"x" * 5000, direct=True))
     [second] = fetches(state)
-    assert (second.sequence, second.count) == (first.count, fetch_window(budget, 5000))
-    assert second.count * 5000 <= budget < (second.count + 1) * (5000 + 256)
+    assert (second.sequence, second.count) == (first.count, fetch_window(budget, 5000, bulk))
+    assert second.count * (5000 + per_record) <= budget < (second.count + 1) * (5000 + per_record)
 
 
 def test_direct_tail_skips_deleted_records():
@@ -376,7 +381,7 @@ def test_a_stalled_window_is_asked_again_with_the_size_of_what_it_brought():
     state.tick(2.0)  # no progress for fetch_retry: asked again
     [again] = fetches(state)
     average = (100 * 100 + 10 * 100_000) // 110
-    assert again.sequence == 110 and again.count == fetch_window(budget, average) < first.count // 5
+    assert again.sequence == 110 and again.count == fetch_window(budget, average, bulk=True) < first.count // 5
 
 
 def test_tail_watch_asks_again_while_the_producer_is_gone_with_backoff():
