@@ -568,13 +568,14 @@ def scenario_bulk_reads(records: int, size: int, session, concurrency: bool) -> 
     """Store ``records`` records of ``size`` bytes, then read them all back
     while the store keeps running: a consumer with bulk answers, a consumer
     over the RFC 46 path (consumer/bulk = 0), the reference consumer's
-    behaviour (raw frames), Spark via tower and via path (through the running
-    store), then Spark via path on the stopped store.  With ``concurrency``,
+    behaviour (raw frames), Spark via tower, via path through the running
+    store and via path on a stopped store's copy.  With ``concurrency``,
     also: four bulk readers at once (the store's RSS), two consumers catching
     up beside a 4-task Spark read (fairness), and producer -> store acked
     alone and while two consumers catch up (live traffic)."""
     c = Cluster()
     db = tempfile.mkdtemp(prefix="dafka-bench-")
+    copy = db + "-copy"
     out: dict = {"records": records, "size": size}
     n = str(records)
     sz = str(size)
@@ -584,6 +585,16 @@ def scenario_bulk_reads(records: int, size: int, session, concurrency: bool) -> 
         time.sleep(1.0)
         p = result_of(c.spawn("producer", "--records", n, "--size", sz, "--min-acks", "1"))
         out["ack_rate"] = records / p["ack_seconds"]
+        store_rss = []
+        if session is not None:
+            # A copy of the stopped store's directory, for Spark's path read of a stopped store in
+            # turn with the reads through the running one (the same JVM state for all: see spark_rates).
+            store_rss.append(c.stop_store(store)["rss_mib"])
+            rss.stop()
+            shutil.copytree(db, copy)
+            store = c.store(db)
+            rss = RssSampler(store.pid)
+            time.sleep(1.0)
         reads = {"bulk": ["--bulk", "1"], "rfc46": ["--bulk", "0"]}
         for name, extra in reads.items():
             r = result_of(c.spawn("consumer", "--records", n, "--size", sz, "--reset", "earliest", *extra))
@@ -599,20 +610,22 @@ def scenario_bulk_reads(records: int, size: int, session, concurrency: bool) -> 
         if session is not None:
             tower = {"tower": c.tower.pub_endpoint, "towerSub": c.tower.sub_endpoint,
                      "dafka.beacon/address": "127.0.0.1"}
-            out["spark_tower_rate"] = spark_rate(session, records, store.pid, maxRecordsPerPartition=split, **tower)
-            out["spark_path_running_rate"] = spark_rate(session, records, store.pid, path=db,
-                                                        maxRecordsPerPartition=split)
+            rates = spark_rates(session, records, store.pid, {
+                "spark_path_rate": {"path": copy, "maxRecordsPerPartition": split},
+                "spark_tower_rate": {"maxRecordsPerPartition": split, **tower},
+                "spark_path_running_rate": {"path": db, "maxRecordsPerPartition": split},
+            })
+            out.update(rates)
         if concurrency:
             out.update(_concurrent_reads(c, records, session, rss))
-        s = c.stop_store(store)
+        store_rss.append(c.stop_store(store)["rss_mib"])
         rss.stop()
-        out["rss_mib"] = {"producer": p["rss_mib"], "store": s["rss_mib"]}
-        if session is not None:
-            out["spark_path_rate"] = spark_rate(session, records, path=db, maxRecordsPerPartition=split)
+        out["rss_mib"] = {"producer": p["rss_mib"], "store": max(store_rss)}
         return out
     finally:
         c.close()
         shutil.rmtree(db, ignore_errors=True)
+        shutil.rmtree(copy, ignore_errors=True)
 
 
 def _concurrent_reads(c: Cluster, records: int, session, rss: RssSampler) -> dict:
@@ -858,42 +871,59 @@ def _machine_busy() -> tuple[float, float]:
     return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
-def spark_rate(session, records: int, store_pid: int | None = None, **options: str) -> dict:
-    """Rows/s of a query that reads every row's value, in steady state: three
-    runs of the same query first (Python workers started and kept for reuse,
-    the JVM's JIT warmed), then the median and best of three timed runs.  A
-    ``limit(10)`` warm-up would not do: Spark abandons that worker, and every
-    timed query would pay for starting a new one.
+def spark_rates(session, records: int, store_pid: int | None, variants: dict[str, dict[str, str]]) -> dict:
+    """Rows/s of a query that reads every row's value, for each variant (a
+    name and the reader's options), in steady state: three runs of each
+    first (Python workers started and kept for reuse, the JVM's JIT warmed),
+    then three rounds that time every variant in turn, so that none gains
+    from running later, when the JVM has compiled more; the median and best
+    of each.  A ``limit(10)`` warm-up would not do: Spark abandons that
+    worker, and every timed query would pay for starting a new one.
 
-    Over the timed runs, also the CPU each kind of process spent per row
-    (the JVM, Spark's Python workers, the store ``store_pid``, this process)
-    and how busy the machine's cores were: what a read costs in all, and who
-    pays for it."""
-    reader = session.read.format("dafka").option("topic", TOPIC)
-    for key, value in options.items():
-        reader = reader.option(key, value)
+    Over each variant's timed runs, also the CPU each kind of process spent
+    per row (the JVM, Spark's Python workers, the store ``store_pid``, this
+    process) and how busy the machine's cores were: what a read costs in
+    all, and who pays for it."""
+    readers = {}
+    for name, options in variants.items():
+        reader = session.read.format("dafka").option("topic", TOPIC)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        readers[name] = reader
 
-    def timed() -> float:
+    def timed(name: str) -> float:
         started = time.perf_counter()
-        total = reader.load().selectExpr("count(*) AS n", "sum(length(value)) AS bytes").collect()[0]
+        total = readers[name].load().selectExpr("count(*) AS n", "sum(length(value)) AS bytes").collect()[0]
         elapsed = time.perf_counter() - started
         if total["n"] != records:
-            raise RuntimeError(f"Spark read {total['n']} rows, expected {records}")
+            raise RuntimeError(f"Spark read {total['n']} rows, expected {records} ({name})")
         return records / elapsed
 
     for _ in range(3):
-        timed()
-    before, busy_before = _process_tree_cpu(store_pid), _machine_busy()
-    rates = sorted(timed() for _ in range(3))
-    after, busy_after = _process_tree_cpu(store_pid), _machine_busy()
-    cpu: dict[str, float] = {}
-    for pid, (kind, seconds) in after.items():
-        cpu[kind] = cpu.get(kind, 0.0) + seconds - before.get(pid, (kind, 0.0))[1]
+        for name in variants:
+            timed(name)
+    runs: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, dict[str, float]] = {name: {} for name in variants}
+    busy = {name: [0, 0] for name in variants}
+    for _ in range(3):
+        for name in variants:
+            before, busy_before = _process_tree_cpu(store_pid), _machine_busy()
+            runs[name].append(timed(name))
+            after, busy_after = _process_tree_cpu(store_pid), _machine_busy()
+            for pid, (kind, seconds) in after.items():
+                spent = seconds - before.get(pid, (kind, 0.0))[1]
+                cpu[name][kind] = cpu[name].get(kind, 0.0) + spent
+            busy[name][0] += busy_after[0] - busy_before[0]
+            busy[name][1] += busy_after[1] - busy_before[1]
     cores = os.cpu_count() or 1
-    busy = (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1]) * cores
-    return {"median": rates[1], "best": rates[2], "runs": rates,
-            "cpu_us": {kind: seconds / (3 * records) * 1e6 for kind, seconds in sorted(cpu.items()) if seconds > 0},
-            "busy_cores": busy}
+    out = {}
+    for name in variants:
+        rates = sorted(runs[name])
+        per_row = {kind: seconds / (3 * records) * 1e6 for kind, seconds in sorted(cpu[name].items())}
+        out[name] = {"median": rates[1], "best": rates[2], "runs": rates,
+                     "cpu_us": {kind: us for kind, us in per_row.items() if us >= 0.005},
+                     "busy_cores": busy[name][0] / max(1, busy[name][1]) * cores}
+    return out
 
 
 def spark_once(session, records: int, **options: str) -> float:
@@ -1030,7 +1060,7 @@ def print_bulk(b: dict, ceiling_rate: float) -> None:
             note += f", CPU {r['cpu_us']:.2f} us/record"
         print(f"{label:<44} {fmt_rate(r['rate'], ceiling_rate):<28} {note}")
     path = b.get("spark_path_rate")
-    for key, label in (("spark_path_rate", "Spark via path, stopped store (median)"),
+    for key, label in (("spark_path_rate", "Spark via path, a stopped store's copy (median)"),
                        ("spark_tower_rate", "Spark via tower (median of 3)"),
                        ("spark_path_running_rate", "Spark via path, running store (median)")):
         rate = b.get(key)
