@@ -385,9 +385,7 @@ class Producer:
             _raw_send(pub, frames[0], zmq.SNDMORE)
             _raw_send(pub, frames[1], zmq.SNDMORE)
             _raw_send(pub, frames[2], 0, len(frames[2]) < ZERO_COPY_BYTES)
-            now = _clock()
-            if now >= self._next_look:
-                self._look_for_subscriptions(now)
+            self._look_if_due()
 
     def _poll_subscriptions(self) -> None:
         with self._cond:
@@ -417,6 +415,14 @@ class Producer:
         self._next_look = now + _SUBSCRIPTION_LOOK_INTERVAL
         if self._pub.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             self._read_subscriptions()
+
+    def _look_if_due(self) -> None:
+        """With the lock held: :meth:`_look_for_subscriptions` unless it looked
+        less than :data:`_SUBSCRIPTION_LOOK_INTERVAL` ago (``send()`` makes the
+        same test inline, with the time it already has)."""
+        now = _clock()
+        if now >= self._next_look:
+            self._look_for_subscriptions(now)
 
     def _peer_socket(self) -> zmq.Socket:
         sock = self._data.secure(self._ctx.socket(zmq.SUB))
@@ -478,9 +484,7 @@ class Producer:
                     released = self._state.on_ack(sender, msg) or released
                 elif type(msg) is proto.FetchMsg:
                     self._state.on_fetch(msg)
-            now = _clock()
-            if now >= self._next_look:
-                self._look_for_subscriptions(now)
+            self._look_if_due()
             if released:
                 self._cond.notify_all()
                 callbacks = self._due_callbacks()
