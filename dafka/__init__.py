@@ -14,14 +14,15 @@ __version__ = "0.1.0"
 
 _WHERE = {
     "BufferFull": "errors", "Closed": "errors", "DafkaError": "errors", "FlushTimeout": "errors",
-    "RecordTooLarge": "errors", "Config": "config", "ConfigError": "config", "Consumer": "consumer",
+    "RecordTooLarge": "errors", "ResumeError": "errors", "PartitionClaimed": "errors", "Config": "config", "ConfigError": "config", "Consumer": "consumer",
     "Producer": "producer", "SendHandle": "producer", "Record": "records", "RecordMetadata": "records",
-    "TopicPartition": "records", "ConsumerRebalanceListener": "membership",
+    "TopicPartition": "records", "ConsumerRebalanceListener": "membership", "partition_address": "peer",
 }
 
 __all__ = [
     "BufferFull", "Closed", "Config", "ConfigError", "Consumer", "ConsumerRebalanceListener", "DafkaError",
-    "FlushTimeout", "Producer", "Record", "RecordMetadata", "RecordTooLarge", "SendHandle", "TopicPartition",
+    "FlushTimeout", "PartitionClaimed", "Producer", "Record", "RecordMetadata", "RecordTooLarge", "ResumeError",
+    "SendHandle", "TopicPartition", "partition_address",
 ]
 
 
@@ -41,7 +42,8 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from .config import Config, ConfigError
     from .consumer import Consumer
-    from .errors import BufferFull, Closed, DafkaError, FlushTimeout, RecordTooLarge
+    from .errors import BufferFull, Closed, DafkaError, FlushTimeout, PartitionClaimed, RecordTooLarge, ResumeError
     from .membership import ConsumerRebalanceListener
+    from .peer import partition_address
     from .producer import Producer, SendHandle
     from .records import Record, RecordMetadata, TopicPartition

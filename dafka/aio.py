@@ -418,9 +418,11 @@ class AsyncProducer:
         address: str | None = None,
         value_serializer: Callable[[Any], bytes] | None = None,
         ctx: zmq.Context | None = None,
+        resume: bool = False,
     ) -> None:
         # The serializer runs here, once per record, even when send waits for room and tries again.
-        self._producer = Producer(topic, config, address=address, ctx=ctx)
+        # (With resume=True the constructor waits for the stores' heads, as the sync Producer's does.)
+        self._producer = Producer(topic, config, address=address, ctx=ctx, resume=resume)
         self.value_serializer = value_serializer
         self._loop: asyncio.AbstractEventLoop | None = None
         # The asyncio Futures of unacked records that someone asked for, by offset (a heap).

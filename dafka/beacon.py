@@ -61,6 +61,9 @@ class BeaconState:
     welcomed: bool = False
     replays: int = 0  # the towers that said their replay of the peers for us is over
     malformed: int = 0
+    own_endpoint: str = ""  # where our own beacon points: a beacon of our address elsewhere is a twin
+    # live peers that beacon our own address from another endpoint: endpoint -> expiry (see twins())
+    twins: dict[str, "_Peer"] = field(default_factory=dict)
     # the frames (sender, endpoint) of a beacon already decoded -> its peer (_SELF: our own)
     _raw: dict[tuple[bytes, bytes], "_Peer"] = field(default_factory=dict, repr=False)
 
@@ -95,7 +98,14 @@ class BeaconState:
             return [], False
         self.welcomed = True
         if beacon.sender == self.sender:
-            self._raw[(frames[1], frames[2])] = _SELF
+            if self.own_endpoint and beacon.endpoint != self.own_endpoint:
+                # Another process claims our address (a resumed producer's predecessor that has not
+                # expired yet, or a second writer of the partition): tracked apart, never connected to.
+                twin = self.twins[beacon.endpoint] = _Peer(beacon.sender, now + self.timeout)
+                self._raw[(frames[1], frames[2])] = twin
+                log.warning("peer %s: a beacon of our own address from %s", self.sender, beacon.endpoint)
+            else:
+                self._raw[(frames[1], frames[2])] = _SELF
             return [], False
         known = self.peers.get(beacon.endpoint)
         if known is not None and known.sender == beacon.sender:
@@ -115,6 +125,10 @@ class BeaconState:
         events = [PeerEvent(DISCONNECT, ep, self.peers[ep].sender) for ep in gone]
         for ep in gone:
             self._forget(ep)
+        for ep in [ep for ep, twin in self.twins.items() if twin.expires <= now]:
+            twin = self.twins.pop(ep)
+            for key in [k for k, v in self._raw.items() if v is twin]:
+                del self._raw[key]
         return events
 
     def _forget(self, endpoint: str) -> None:
@@ -123,7 +137,7 @@ class BeaconState:
             del self._raw[key]
 
     def next_expiry(self) -> float | None:
-        return min((p.expires for p in self.peers.values()), default=None)
+        return min((p.expires for p in (*self.peers.values(), *self.twins.values())), default=None)
 
 
 class Beacon:
@@ -153,7 +167,8 @@ class Beacon:
         self.name = name
         self._tower_sub = net.split_endpoints(tower_sub)
         self._tower_pub = net.split_endpoints(tower_pub)
-        self._state = BeaconState(sender, interval_ms / 1000.0, timeout_ms / 1000.0)
+        self._state = BeaconState(sender, interval_ms / 1000.0, timeout_ms / 1000.0,
+                                  own_endpoint=f"tcp://{host}:{port}")
         self._frames = proto.encode_beacon(proto.Beacon(sender, host, port))
         self._ctx = ctx
         pipe_name = net.inproc_endpoint(f"beacon-{sender}")
@@ -169,6 +184,7 @@ class Beacon:
         self._connected = threading.Event()
         self._replayed = threading.Event()
         self._peers_snapshot: dict[str, str] = {}
+        self._twins_snapshot: tuple[str, ...] = ()
         self._thread = threading.Thread(target=self._run, name=f"dafka-beacon-{name}", daemon=True)
 
     # -- API (any thread) ---------------------------------------------------
@@ -190,6 +206,11 @@ class Beacon:
     def peers(self) -> dict[str, str]:
         """Live peers: endpoint -> sender address."""
         return dict(self._peers_snapshot)
+
+    def twins(self) -> list[str]:
+        """The endpoints of live peers that beacon our own address from
+        elsewhere (another process with the same address), sorted."""
+        return sorted(self._twins_snapshot)
 
     def start(self) -> "Beacon":
         self._thread.start()
@@ -257,6 +278,8 @@ class Beacon:
                     next_beacon = now + state.interval
                 for event in state.expire(now):
                     self._emit(out, event)
+                if tuple(state.twins) != self._twins_snapshot:
+                    self._twins_snapshot = tuple(state.twins)
                 if not state.welcomed and now >= next_warning:
                     log.warning(
                         "%s %s: no tower answers at %s; still trying",
@@ -303,6 +326,8 @@ class Beacon:
                 self._replayed.set()
             for event in events:
                 self._emit(out, event)
+            if tuple(state.twins) != self._twins_snapshot:
+                self._twins_snapshot = tuple(state.twins)
             beacon_now = beacon_now or urgent
         return beacon_now
 

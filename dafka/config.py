@@ -312,6 +312,9 @@ define("producer/close_timeout", "int", 30000, "how long close waits for outstan
 define("producer/fetch_inflight_bytes", "int", 33554432,
        "FETCH answers queued for one requester and not yet shown received by its next FETCH; "
        "0 = unlimited", minimum=0, unit="bytes")
+define("producer/resume_timeout", "int", 10000,
+       "how long a resuming producer (resume=True) waits for the stores' heads of its partition, and for "
+       "another process beaconing its address to expire, before it gives up", minimum=1, unit=_MS)
 define("consumer/fetch_max_bytes", "int", 8388608,
        "how much one FETCH asks for at most, estimated from the partition's recent records",
        minimum=1, unit="bytes")

@@ -25,3 +25,13 @@ class FlushTimeout(DafkaError, TimeoutError):
 
 class Closed(DafkaError):
     """The producer or consumer has been closed."""
+
+
+class ResumeError(DafkaError):
+    """A resuming producer could not learn its partition's head from enough
+    stores (``producer/resume_timeout``); it sent nothing."""
+
+
+class PartitionClaimed(ResumeError):
+    """Another live process beacons the partition's address: a partition has
+    one writer, so this producer refuses to write it."""

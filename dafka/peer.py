@@ -120,6 +120,17 @@ def new_address(producer: bool = False) -> str:
     return head + _producer_tag(head)
 
 
+def partition_address(name: str) -> str:
+    """The stable producer address named ``name`` (a connector's, a service's):
+    the same name gives the same partition on every start, for
+    ``Producer(..., address=partition_address(name), resume=True)``.  Tagged as
+    :func:`new_address` tags a producer's."""
+    if not name:
+        raise ValueError("a partition name must not be empty")
+    head = blake2b(name.encode(), digest_size=8, person=b"dafka-partition").hexdigest().upper()
+    return head + _producer_tag(head)
+
+
 def _producer_tag(head: str) -> str:
     return blake2b(head.encode(), digest_size=8, person=b"dafka-producer").hexdigest().upper()
 
@@ -144,8 +155,14 @@ class DataSocket:
         self.bind_host = net.bind_host(config["beacon/bind_address"], self.host)
         self.port = net.bind_ephemeral(sock, self.bind_host)
         self.endpoint = f"tcp://{self.host}:{self.port}"
-        self.beacon = Beacon(
-            ctx,
+        self._config = config
+        self._name = name
+        self.beacon = self._new_beacon(sender)
+
+    def _new_beacon(self, sender: str) -> Beacon:
+        config = self._config
+        return Beacon(
+            self._ctx,
             sender,
             self.port,
             host=self.host,
@@ -153,9 +170,17 @@ class DataSocket:
             tower_pub=config["beacon/pub_address"],
             interval_ms=config["beacon/interval"],
             timeout_ms=config["beacon/timeout"],
-            name=name,
+            name=self._name,
             curve=self.curve,
         )
+
+    def rebeacon(self, sender: str) -> Beacon:
+        """Announce the data socket under another address from now on (a
+        resumed producer, after it learnt its head under a temporary one):
+        stops the beacon and starts a new one, which the caller polls instead."""
+        self.beacon.stop()
+        self.beacon = self._new_beacon(sender).start()
+        return self.beacon
 
     def bind_also(self, sock: zmq.Socket) -> str:
         """Bind another socket of the peer where the data socket is bound (a

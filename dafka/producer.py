@@ -19,7 +19,7 @@ import zmq
 
 from . import batching, proto
 from .beacon import CONNECT, Beacon
-from .errors import BufferFull, Closed, FlushTimeout, RecordTooLarge
+from .errors import BufferFull, Closed, FlushTimeout, PartitionClaimed, RecordTooLarge
 from .loop import Loop
 from .net import drain, wake_pipe
 from .peer import ConfigLike, DataSocket, as_config, connect, is_tagged_producer, new_address, read_subscriptions
@@ -27,6 +27,7 @@ from .peer import ZERO_COPY_BYTES
 from .peer import raw_send as _raw_send
 from .producer_state import ProducerState
 from .records import RecordMetadata
+from .resume import SETTLE, ResumeState
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,9 @@ _SUBSCRIPTION_LOOKS = (0.001, 0.005, 0.025, 0.1)
 # While records go out, the data socket is looked at for new subscriptions at most this often (seconds):
 # the look costs a socket option read (about 1.3 us with pyzmq), too much for every record.
 _SUBSCRIPTION_LOOK_INTERVAL = 0.001
+# After a store reader subscribes to a resuming producer's GET-HEADS, when to ask again (seconds): its
+# answer is lost if our SUB's subscription has not reached it yet.
+_RESUME_ASKS = (0.05, 0.25)
 _LINGER = b"L"  # on the wake-up pipe: a batch waits, send it after batching.LINGER
 _clock = time.perf_counter
 
@@ -79,6 +83,15 @@ class Producer:
 
     >>> with Producer("weather", {"beacon/address": "127.0.0.1"}) as p:
     ...     p.send(b"sunny").get(timeout=5)
+
+    Each new producer is a new partition, counting from 0, unless it is given
+    a stable ``address`` (:func:`dafka.partition_address` makes one from a
+    name) and ``resume=True``: it then continues that partition, asking the
+    stores for its head before the first record, which gets head + 1
+    (rfc/dafka.md section 15).  The constructor waits for that, up to
+    ``producer/resume_timeout``, and raises :class:`~dafka.ResumeError` when
+    too few stores answer, or :class:`~dafka.PartitionClaimed` when another
+    live process beacons the same address.
     """
 
     def __init__(
@@ -89,7 +102,10 @@ class Producer:
         address: str | None = None,
         value_serializer: Callable[[Any], bytes] | None = None,
         ctx: zmq.Context | None = None,
+        resume: bool = False,
     ) -> None:
+        if resume and not address:
+            raise ValueError("resume=True continues a partition: give its address= (dafka.partition_address(name))")
         self.config = as_config(config)
         c = self.config
         proto.subscription(proto.RECORD, topic)  # validates: no NUL
@@ -113,6 +129,9 @@ class Producer:
         self._cond = threading.Condition(self._lock)
         self._callbacks: deque[tuple[int, Callable[[RecordMetadata | None, Exception | None], None]]] = deque()
         self._closed = False
+        self._resumable = resume
+        self._resume: ResumeState | None = None  # while the constructor learns the partition's head
+        self._fenced: PartitionClaimed | None = None  # another live process writes this partition
         # Called from the loop thread, without the lock, whenever ACKs release records (dafka.aio).
         self._release_listener: Callable[[], None] | None = None
         self._stopping = threading.Event()
@@ -121,7 +140,9 @@ class Producer:
         self._pub.setsockopt(zmq.XPUB_VERBOSER, 1)  # every (un)subscription: who reads RECORDS (dafka.batching)
         self._pub.sndhwm = c["producer/high_watermark"]
         self._pub.linger = 1000
-        self._data = DataSocket(self._ctx, c, self._pub, self.address, "producer")
+        # A resuming producer asks for its head under a temporary address (dafka.resume, rule 5).
+        self._requester = new_address() if resume else self.address
+        self._data = DataSocket(self._ctx, c, self._pub, self._requester, "producer")
         self._peers: dict[str, tuple[zmq.Socket, str]] = {}  # endpoint -> (its SUB, its sender)
         # With min_acks <= 1 it does not matter which store an ACK comes from:
         # one SUB serves every peer (P producers make P sockets, not P squared).
@@ -144,6 +165,13 @@ class Producer:
         self._loop.call_every(c["producer/head_interval"] / 1000.0, self._on_head_timer)
         self._data.beacon.start()
         self._thread = threading.Thread(target=self._run, name=f"dafka-producer-{self.address[:8]}", daemon=True)
+        if resume:
+            try:
+                self._resume_partition()
+            except BaseException:
+                self._release_sockets()
+                raise
+        self._first_seq = self._state.next_seq  # its HEAD goes right after it (see send)
         self._thread.start()
         log.info("producer %s of topic %r on %s", self.address, topic, self._data.endpoint)
 
@@ -181,8 +209,8 @@ class Producer:
                 "nothing was sent"
             )
         with self._lock:
-            if self._closed:
-                raise Closed("producer is closed")
+            if self._closed or self._fenced is not None:
+                raise self._fenced or Closed("producer is closed")
             state = self._state
             now = _clock()
             seq = state.publish(value, now)
@@ -193,8 +221,9 @@ class Producer:
                 pub = self._pub
                 _raw_send(pub, state.record_frame(seq), zmq.SNDMORE)
                 _raw_send(pub, value)
+            first = seq == self._first_seq
             if audience.batches:
-                if state.batch_due or not seq:  # (the first record goes at once, before its HEAD below)
+                if state.batch_due or first:  # (the first record goes at once, before its HEAD below)
                     self._send_batch()
                 elif not self._lingering:
                     self._lingering = True  # the loop sends the batch if no record fills it first
@@ -203,7 +232,7 @@ class Producer:
                 self._look_for_subscriptions(now)  # (with batches, after a batch is sent)
             if on_delivery is not None:
                 self._callbacks.append((seq, on_delivery))
-            if not seq:
+            if first:
                 # A HEAD at once after the first record: who reads only some partitions of the topic (a
                 # consumer group's member) learns of this one now, not a head_interval later.
                 self._pub.send(state.head_frame())
@@ -245,17 +274,7 @@ class Producer:
             # A last HEAD: who missed the last records (a burst before its subscription arrived) learns
             # of them now, and fetches them from the stores, not when this producer's beacon expires.
             self._pub.send(head, zmq.NOBLOCK)
-        self._waker.close(0)
-        self._pub.disable_monitor()
-        self._monitor.close(0)
-        self._wake.close(0)
-        self._data.close()
-        for sock, _ in self._peers.values():
-            sock.close(0)
-        self._peers.clear()
-        if self._shared_sub is not None:
-            self._shared_sub.close(0)
-        self._pub.close()
+        self._release_sockets()
         if unacked and terminate:
             log.warning("producer %s closed with %d records unacked (terminate_unacked)", self.address, unacked)
         if error is not None:
@@ -263,6 +282,19 @@ class Producer:
                 f"producer {self.address} closed with {error.unacked} record(s) not acked by "
                 f"{self.min_acks} store(s)", error.unacked,
             )
+
+    def _release_sockets(self) -> None:
+        self._waker.close(0)
+        self._pub.disable_monitor()
+        self._monitor.close(0)
+        self._wake.close(0)
+        self._data.close()
+        for sock in {sock for sock, _ in self._peers.values()}:
+            sock.close(0)
+        self._peers.clear()
+        if self._shared_sub is not None:
+            self._shared_sub.close(0)
+        self._pub.close()
 
     def stats(self) -> dict[str, int]:
         with self._cond:
@@ -284,6 +316,7 @@ class Producer:
                 "batches_sent": s.batches_sent,
                 "audience_records": int(s.audience.records),
                 "audience_batches": int(s.audience.batches),
+                "claimed": int(self._fenced is not None),
             }
 
     def __enter__(self) -> "Producer":
@@ -333,6 +366,52 @@ class Producer:
         unacked = self._state.next_seq - 1 - self._state.released
         return FlushTimeout(f"{unacked} record(s) not acked by {self.min_acks} store(s) after {waited:.3g}s", unacked)
 
+    # -- resuming the partition (constructor, before the loop thread starts) ----
+
+    def _resume_partition(self) -> None:
+        """Learn the partition's head from the stores (dafka.resume), running
+        the loop in the caller's thread; the first record gets head + 1."""
+        beacon = self._data.beacon
+        started = time.monotonic()
+        state = self._resume = ResumeState(self.address, self.topic, requester=self._requester,
+                                           min_stores=self.min_acks, started=started,
+                                           timeout=self.config["producer/resume_timeout"] / 1000.0)
+        try:
+            while True:
+                now = time.monotonic()
+                # A reference tower never says it has replayed the live peers: give it SETTLE.
+                replayed = beacon.replayed or (beacon.connected and now >= started + SETTLE)
+                live = beacon.peers()
+                peers = sum(1 for sender in live.values() if not is_tagged_producer(sender))
+                twins = sorted(endpoint for endpoint, sender in live.items() if sender == self.address)
+                head = state.decide(now, peers=peers, replayed=replayed, twins=twins)
+                if head is not None:
+                    break
+                self._loop.run_once(0.01)
+                self._poll_subscriptions()
+        finally:
+            self._resume = None
+        self._state.resume_after(head)
+        self._loop.remove_reader(beacon.events)
+        self._loop.add_reader(self._data.rebeacon(self.address).events, self._on_beacon)
+        log.info("producer %s resumes topic %r after offset %d (%d store answer(s))", self.address, self.topic,
+                 head, state.heads_seen)
+
+    def _ask_heads(self) -> None:
+        if self._resume is not None:
+            self._resume.last_ask = time.monotonic()
+            self._pub.send_multipart(self._resume.get_heads())
+
+    def _fence(self, twins: list[str]) -> None:
+        """Another live process beacons our address: stop writing the partition."""
+        with self._cond:
+            if self._fenced is None:
+                self._fenced = PartitionClaimed(
+                    f"partition {self.address} of topic {self.topic!r} is also beaconed by {', '.join(twins)}: "
+                    "a partition has one writer, so this producer stopped sending")
+                log.error("%s", self._fenced)
+                self._cond.notify_all()
+
     # -- the loop thread ----------------------------------------------------
 
     def _run(self) -> None:
@@ -352,6 +431,10 @@ class Producer:
             raise
 
     def _on_head_timer(self) -> None:
+        if self._resumable and self._resume is None:  # (while resuming, the probe waits twins out)
+            twins = self._data.beacon.twins()
+            if twins:
+                self._fence(twins)
         self._poll_subscriptions()
         with self._cond:
             frame = self._state.head_frame()
@@ -365,6 +448,8 @@ class Producer:
                 monitor.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
+            if self._resume is not None:
+                self._resume.on_connection()
         for delay in _SUBSCRIPTION_LOOKS:
             self._loop.call_later(delay, self._poll_subscriptions)
 
@@ -401,6 +486,11 @@ class Producer:
                 self._state.malformed += 1
             else:
                 wants_head = self._state.on_subscription(sub) or wants_head
+                if self._resume is not None and sub.subscribe and sub.msg_id == proto.GET_HEADS:
+                    # A store reader: ask every store now, and again while the way back may not be up yet.
+                    self._pub.send_multipart(self._resume.on_store_reader(time.monotonic()))
+                    for delay in _RESUME_ASKS:
+                        self._loop.call_later(delay, self._ask_heads)
         if wants_head:
             self._pub.send(self._state.head_frame())
         if not self._state.audience.batches:
@@ -430,6 +520,9 @@ class Producer:
         sock.rcvhwm = self.config["producer/high_watermark"]
         sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.ACK, self.address, exact=True))
         sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.FETCH, self.address, exact=True))
+        if self._requester != self.address:  # the stores' answers to the probe's GET-HEADS
+            sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.DIRECT_HEAD, self._requester, exact=True))
+            sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.DIRECT_PARTITIONS, self._requester, exact=True))
         return sock
 
     def _on_beacon(self, pipe: zmq.Socket) -> None:
@@ -484,6 +577,8 @@ class Producer:
                     released = self._state.on_ack(sender, msg) or released
                 elif type(msg) is proto.FetchMsg:
                     self._state.on_fetch(msg)
+                elif self._resume is not None:
+                    self._resume.on_message(msg)
             self._look_if_due()
             if released:
                 self._cond.notify_all()

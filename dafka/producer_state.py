@@ -115,6 +115,14 @@ class ProducerState:
             self.last_publish = now
         return seq
 
+    def resume_after(self, head: int) -> None:
+        """Continue a partition whose records up to ``head`` the stores hold
+        (-1: none): the next record published is ``head + 1`` (dafka.resume)."""
+        if self.next_seq:
+            raise RuntimeError("a producer resumes its partition before its first record")
+        self.next_seq = self.base = head + 1
+        self.released = head
+
     def record_frame(self, seq: int) -> bytes:
         """Frame 1 of the RECORD of published record ``seq``."""
         return self.record_prefix + seq.to_bytes(8, "big")

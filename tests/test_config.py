@@ -57,6 +57,7 @@ EXPECTED_DEFAULTS = {
     "producer/send_timeout": 60000,
     "producer/close_timeout": 30000,
     "producer/fetch_inflight_bytes": 32 * 1024 * 1024,
+    "producer/resume_timeout": 10000,
     "consumer/fetch_max_bytes": 8 * 1024 * 1024,
     "consumer/fetch_retry": 1000,
     "consumer/heads_interval": 1000,

@@ -231,6 +231,11 @@ def test_tower_replays_to_a_dafka_py_newcomer_alone_and_says_when_it_is_over(tow
     expected = {f"{i:032X}".encode() for i in range(5)}
     try:
         wait_for(lambda: len(tower.peers()) == 5, 5, what="five peers at the tower")
+        # A peer beacons at once when it meets a peer it did not know: wait until each knows the four
+        # others, and for their last such beacons to pass the tower, or one reaches the reference
+        # listener after its replay and looks like the newcomer's replay (1 run in 7 failed so).
+        wait_for(lambda: all(len(p.peers()) == 4 for p in peers), 5, what="every peer to know the others")
+        time.sleep(0.2)
         reference.setsockopt(zmq.SUBSCRIBE, b"B")
         reference.setsockopt(zmq.SUBSCRIBE, b"W")
         reference.connect(tower.pub_endpoint)

@@ -1,0 +1,139 @@
+"""A producer that resumes its partition: learning the head from the stores,
+free of I/O (rfc/dafka.md section 15).
+
+A :class:`~dafka.producer.Producer` made with ``resume=True`` and a stable
+``address`` is the same partition across restarts.  Before its first record
+it asks the stores for the partition's head (GET-HEADS, answered with
+DIRECT-HEAD by any store and with one DIRECT-PARTITIONS by a dafka-py
+store), and its first record gets head + 1.  Everything on the wire is RFC
+46: to a reference consumer or store the partition merely paused.
+
+Feed :class:`ResumeState` the events of the start-up phase and ask
+:meth:`ResumeState.decide` what follows:
+
+* ``on_connection()``: a peer connected to the producer's data socket (every
+  store reader does, and subscribes to GET-HEADS);
+* ``on_store_reader()``: a GET-HEADS subscription arrived: returns the
+  GET-HEADS frames to publish;
+* ``on_message(msg)``: a decoded DIRECT-HEAD or DIRECT-PARTITIONS;
+* ``decide(now, peers, replayed, twins)``: the head once known (-1 for a
+  partition no store holds), None to keep waiting; raises
+  :class:`~dafka.errors.ResumeError` or :class:`~dafka.errors.PartitionClaimed`.
+
+The rules, and why:
+
+1. Every live peer but other dafka-py producers connects to a producer.
+   The head is decided only once the tower has replayed the live peers to
+   us, as many peers as it reported have connected (or ``SETTLE`` has
+   passed), and every store reader among them has been asked.
+2. A dafka-py store's DIRECT-PARTITIONS is its whole answer; a reference
+   store's DIRECT-HEADs have no end marker, so while reference stores are
+   among the readers the state waits ``ANSWER_WAIT`` after the last ask.
+3. The head is the highest any store reports: a record that reached one
+   store only, unacked, is never given a second content under the same
+   offset.
+4. At least ``max(1, min_acks)`` store readers must be found within the
+   timeout, or it raises :class:`ResumeError`: resuming from too few stores
+   could restart at an offset the partition already used.
+5. While it learns the head the producer beacons and asks under a fresh
+   temporary address (``requester``), so that a live producer of the
+   partition never takes the newcomer for a second writer.  A live peer
+   beaconing the partition's address is another process claiming it.  A
+   killed predecessor's beacon expires within ``beacon/timeout``; one still
+   beaconing at the timeout raises :class:`PartitionClaimed`.  Once running,
+   the producer beacons the partition's address, and stops writing if it
+   ever sees another peer beacon it too: two processes never write one
+   partition.
+"""
+
+from __future__ import annotations
+
+from . import proto
+from .errors import PartitionClaimed, ResumeError
+
+SETTLE = 1.0  # seconds after the replay to wait for the peers reported to connect, at most
+ANSWER_WAIT = 0.5  # seconds after the last GET-HEADS for reference stores' DIRECT-HEADs
+NO_HEAD = -1  # no store holds the partition: the first record is offset 0
+
+
+class ResumeState:
+    def __init__(self, address: str, topic: str, *, requester: str, min_stores: int, started: float,
+                 timeout: float) -> None:
+        self.address = address
+        self.requester = requester
+        self.topic = topic
+        self.min_stores = max(1, min_stores)
+        self.started = started
+        self.deadline = started + timeout
+        self.timeout = timeout
+        self.connections = 0  # peers that connected to our data socket
+        self.readers = 0  # GET-HEADS subscriptions seen: store readers
+        self.answered: set[str] = set()  # store readers (addresses) whose DIRECT-PARTITIONS came
+        self.head = NO_HEAD
+        self.heads_seen = 0  # answers that named our partition
+        self.last_ask: float | None = None
+        self._replayed_at: float | None = None
+
+    def get_heads(self) -> list[bytes]:
+        return proto.encode(proto.GetHeadsMsg(self.topic, self.requester))
+
+    def on_connection(self) -> None:
+        self.connections += 1
+
+    def on_store_reader(self, now: float) -> list[bytes]:
+        """A store reader subscribed to GET-HEADS on our data socket: ask (all stores, again)."""
+        self.readers += 1
+        self.last_ask = now
+        return self.get_heads()
+
+    def on_message(self, msg: object) -> None:
+        kind = type(msg)
+        if kind is proto.DirectHeadMsg:
+            if msg.topic == self.requester and msg.subject == self.topic and msg.address == self.address:
+                self._saw(msg.sequence)
+        elif kind is proto.DirectPartitionsMsg:
+            if msg.topic != self.requester or msg.subject not in ("", self.topic):
+                return
+            self.answered.add(msg.address)
+            for info in msg.partitions:
+                if info.subject == self.topic and info.address == self.address:
+                    self._saw(info.head)
+
+    def _saw(self, head: int) -> None:
+        self.heads_seen += 1
+        self.head = max(self.head, head)
+
+    def decide(self, now: float, *, peers: int, replayed: bool, twins: list[str]) -> int | None:
+        """The head to resume after (:data:`NO_HEAD`: none stored), or None to wait.
+
+        ``peers``: live peers the tower reported that connect to a producer
+        (every one but other dafka-py producers); ``replayed``: the tower has
+        replayed them; ``twins``: endpoints of live peers with our address."""
+        late = now >= self.deadline
+        if twins:
+            if late:
+                raise PartitionClaimed(
+                    f"partition {self.address} of topic {self.topic!r} is claimed by a live producer at "
+                    f"{', '.join(twins)}; it still beacons after producer/resume_timeout "
+                    f"({self.timeout * 1000:.0f} ms): stop it, or give this producer another address")
+            return None
+        if replayed and self._replayed_at is None:
+            self._replayed_at = now
+        settled = self._replayed_at is not None and (
+            self.connections >= peers or now >= self._replayed_at + SETTLE)
+        if settled and self.readers >= self.min_stores and self.last_ask is not None:
+            if self.answered and len(self.answered) >= self.readers:
+                return self.head  # every store reader is a dafka-py one and gave its whole answer
+            if now >= self.last_ask + ANSWER_WAIT:
+                return self.head
+        if late:
+            if self._replayed_at is None and not replayed:
+                raise ResumeError(
+                    f"cannot resume partition {self.address} of topic {self.topic!r}: no tower replayed the live "
+                    f"peers within producer/resume_timeout ({self.timeout * 1000:.0f} ms); check beacon/pub_address "
+                    "and beacon/sub_address")
+            raise ResumeError(
+                f"cannot resume partition {self.address} of topic {self.topic!r}: {self.readers} store(s) "
+                f"answered within producer/resume_timeout ({self.timeout * 1000:.0f} ms), {self.min_stores} "
+                "needed (max(1, producer/min_acks)); start the stores, or raise producer/resume_timeout")
+        return None
