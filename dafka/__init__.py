@@ -14,7 +14,8 @@ __version__ = "0.1.0"
 
 _WHERE = {
     "BufferFull": "errors", "Closed": "errors", "DafkaError": "errors", "FlushTimeout": "errors",
-    "RecordTooLarge": "errors", "ResumeError": "errors", "PartitionClaimed": "errors", "Config": "config", "ConfigError": "config", "Consumer": "consumer",
+    "RecordTooLarge": "errors", "ResumeError": "errors", "PartitionClaimed": "errors",
+    "Config": "config", "ConfigError": "config", "Consumer": "consumer",
     "Producer": "producer", "SendHandle": "producer", "Record": "records", "RecordMetadata": "records",
     "TopicPartition": "records", "ConsumerRebalanceListener": "membership", "partition_address": "peer",
 }
