@@ -1,0 +1,236 @@
+"""Change capture, free of I/O: pgoutput messages (and bootstrap rows) in,
+envelopes out, and the rule for what the slot may confirm.
+
+:class:`CaptureState` keeps the relations PostgreSQL described and assembles
+each transaction: its changes come out in commit order, contiguous, each
+with the commit LSN, the transaction id and its place in the transaction,
+and the last one marked.  A change is held back until the next one (or the
+COMMIT) arrives, so that the last can be marked without holding a whole
+transaction in memory.
+
+:class:`ConfirmRule` says which LSN the slot may confirm: the end of the
+newest transaction whose every record ``producer/min_acks`` stores acked.
+Confirming more could lose a change a store never got; confirming less only
+keeps WAL longer, and sends changes again after a restart, which consumers
+drop by their position (:mod:`dafka.cdc.apply`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import envelope, pgoutput
+from .types import converter
+
+
+@dataclass
+class _Table:
+    relation: pgoutput.Relation
+    names: list[str]
+    convert: list[Callable[[str], Any]]
+    keys: list[int]  # indexes of the key columns
+
+
+@dataclass
+class Out:
+    """A record to publish: ``table`` is "schema.table" (for one topic per table)."""
+
+    table: str
+    value: bytes
+
+
+@dataclass
+class CaptureState:
+    connector: str  # the connector's name (source.name)
+    database: str
+    element_types: dict[int, int] = field(default_factory=dict)  # array type oid -> element oid (pg_type)
+    tables: dict[int, _Table] = field(default_factory=dict)
+    malformed: int = 0
+    unexpected: int = 0  # well-formed messages that make no sense here (a change of an unknown relation...)
+    changes: int = 0
+    transactions: int = 0
+    committed_lsn: int | None = None  # set by on_message when the message was a COMMIT: its end LSN
+    _txn: dict[str, Any] | None = None  # the open transaction: lsn, txid, commit_ms, snapshot, seq
+    _held: tuple[str, str, dict | None, dict | None, dict | None, list[str]] | None = None
+
+    # -- relations --------------------------------------------------------
+
+    def on_relation(self, rel: pgoutput.Relation) -> None:
+        convert = [converter(c.type_oid, self.element_types.get(c.type_oid)) for c in rel.columns]
+        keys = [i for i, c in enumerate(rel.columns) if c.key]
+        self.tables[rel.oid] = _Table(rel, [c.name for c in rel.columns], convert, keys)
+
+    # -- the replication stream ---------------------------------------------
+
+    def on_payload(self, payload: bytes) -> list[Out]:
+        """One replication message; malformed ones are counted and dropped."""
+        try:
+            msg = pgoutput.decode(payload)
+        except pgoutput.MalformedMessage:
+            self.malformed += 1
+            raise
+        return self.on_message(msg)
+
+    def on_message(self, msg: pgoutput.Message) -> list[Out]:
+        self.committed_lsn = None
+        kind = type(msg)
+        if kind is pgoutput.Begin:
+            self._txn = {"lsn": msg.final_lsn, "txid": msg.xid, "commit_ms": msg.commit_us // 1000,
+                         "snapshot": False, "seq": 0}
+            return []
+        if kind is pgoutput.Relation:
+            self.on_relation(msg)
+            return []
+        if kind is pgoutput.Commit:
+            if self._txn is None:
+                self.unexpected += 1
+                return []
+            out = self._release(last=True)
+            self._txn = None
+            self.transactions += 1
+            self.committed_lsn = msg.end_lsn
+            return out
+        if kind in (pgoutput.TypeMsg, pgoutput.Origin, pgoutput.LogicalMessage):
+            return []
+        if self._txn is None:
+            self.unexpected += 1
+            raise ValueError(f"a change outside a transaction: {kind.__name__}")
+        if kind is pgoutput.Truncate:
+            out: list[Out] = []
+            for oid in msg.oids:
+                table = self._table(oid)
+                out += self._hold("t", table, None, None, None, [])
+            return out
+        table = self._table(msg.oid)
+        if kind is pgoutput.Insert:
+            after, unchanged = self._row(table, msg.new, None)
+            return self._hold("c", table, None, after, self._key(table, after), unchanged)
+        if kind is pgoutput.Update:
+            before = self._row(table, msg.old, None)[0] if msg.old is not None else None
+            after, unchanged = self._row(table, msg.new, before)
+            return self._hold("u", table, before, after, self._key(table, after), unchanged)
+        if kind is pgoutput.Delete:
+            before = self._row(table, msg.old, None)[0]
+            if msg.old_is_key:
+                before = {table.names[i]: before[table.names[i]] for i in table.keys}
+            return self._hold("d", table, before, None, self._key(table, before), [])
+        self.unexpected += 1
+        raise ValueError(f"unexpected message {kind.__name__}")
+
+    def reset(self) -> None:
+        """The replication connection was lost: the open transaction comes again from its start (what of it
+        was published is dropped by consumers by position), and the relations are described anew."""
+        self._txn = None
+        self._held = None
+
+    # -- the bootstrap ------------------------------------------------------
+
+    def begin_snapshot(self, lsn: int, commit_ms: int) -> None:
+        """Rows read in the slot's exported snapshot follow, as op ``r`` at ``lsn``."""
+        self._txn = {"lsn": lsn, "txid": None, "commit_ms": commit_ms, "snapshot": True, "seq": 0}
+
+    def snapshot_row(self, oid: int, texts: list[str | None]) -> list[Out]:
+        table = self._table(oid)
+        row = {name: None if text is None else convert(text)
+               for name, convert, text in zip(table.names, table.convert, texts)}
+        return self._hold("r", table, None, row, self._key(table, row), [])
+
+    def end_snapshot(self) -> list[Out]:
+        out = self._release(last=True)
+        self._txn = None
+        return out
+
+    # -- helpers ------------------------------------------------------------
+
+    def _table(self, oid: int) -> _Table:
+        table = self.tables.get(oid)
+        if table is None:
+            self.unexpected += 1
+            raise ValueError(f"a change of relation {oid}, which no RELATION message described")
+        return table
+
+    def _row(self, table: _Table, values: pgoutput.Tuple, before: dict | None) -> tuple[dict, list[str]]:
+        if len(values) != len(table.names):
+            self.unexpected += 1
+            raise ValueError(f"{table.relation.schema}.{table.relation.table}: a tuple of {len(values)} columns, "
+                             f"the relation has {len(table.names)}")
+        row: dict[str, Any] = {}
+        unchanged: list[str] = []
+        for name, convert, (kind, value) in zip(table.names, table.convert, values):
+            if kind == pgoutput.TEXT:
+                row[name] = convert(value)
+            elif kind == pgoutput.NULL:
+                row[name] = None
+            elif kind == pgoutput.UNCHANGED:
+                if before is not None and name in before:
+                    row[name] = before[name]  # replica identity FULL: the old tuple has it
+                else:
+                    unchanged.append(name)
+            else:
+                row[name] = value.hex()  # binary format: never asked for
+        return row, unchanged
+
+    @staticmethod
+    def _key(table: _Table, row: dict | None) -> dict | None:
+        if row is None or not table.keys:
+            return None
+        return {table.names[i]: row.get(table.names[i]) for i in table.keys}
+
+    def _hold(self, op: str, table: _Table, before: dict | None, after: dict | None, key: dict | None,
+              unchanged: list[str]) -> list[Out]:
+        out = self._release(last=False)
+        self._held = (op, f"{table.relation.schema}.{table.relation.table}", before, after, key, unchanged)
+        return out
+
+    def _release(self, last: bool) -> list[Out]:
+        held = self._held
+        if held is None:
+            return []
+        self._held = None
+        txn = self._txn
+        op, name, before, after, key, unchanged = held
+        schema, _, table = name.partition(".")
+        source = {"version": envelope.VERSION, "connector": "postgresql", "name": self.connector,
+                  "db": self.database, "schema": schema, "table": table, "lsn": txn["lsn"], "txid": txn["txid"],
+                  "commit_ms": txn["commit_ms"], "seq": txn["seq"], "last": last, "snapshot": txn["snapshot"]}
+        txn["seq"] += 1
+        self.changes += 1
+        return [Out(name, envelope.encode(op, before, after, key, source, unchanged))]
+
+
+class ConfirmRule:
+    """Which LSN the replication slot may confirm, from what the stores acked."""
+
+    def __init__(self, confirmed: int = 0) -> None:
+        self.confirmed = confirmed
+        # committed transactions not yet confirmable: (end LSN, {producer: its last record's offset})
+        self._pending: deque[tuple[int, dict[Any, int]]] = deque()
+
+    def committed(self, end_lsn: int, last_offsets: dict[Any, int]) -> None:
+        """A transaction ended at ``end_lsn``; its records are all at or below
+        ``last_offsets`` in their producers (empty: nothing to wait for)."""
+        self._pending.append((end_lsn, dict(last_offsets)))
+
+    def idle(self, wal_end: int) -> None:
+        """Nothing is open or pending: the server's WAL end may be confirmed (keeps WAL bounded while
+        the captured tables are idle)."""
+        if not self._pending and wal_end > self.confirmed:
+            self.confirmed = wal_end
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def acked(self, released: Callable[[Any], int]) -> int:
+        """``released(producer)`` is the highest offset of that producer the
+        stores acked; returns the LSN that may be confirmed now."""
+        pending = self._pending
+        while pending:
+            end_lsn, offsets = pending[0]
+            if any(released(p) < offset for p, offset in offsets.items()):
+                break
+            pending.popleft()
+            self.confirmed = max(self.confirmed, end_lsn)
+        return self.confirmed

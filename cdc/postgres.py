@@ -1,0 +1,416 @@
+"""``dafka cdc postgres``: a PostgreSQL database's changes into a topic.
+
+The I/O around :mod:`dafka.cdc.capture`: psycopg2's replication connection
+(``LogicalReplicationConnection``; psycopg 3 does not speak the replication
+protocol yet), the ``pgoutput`` plugin (built into PostgreSQL 10 and later:
+nothing to install on the server, unlike wal2json), a publication and a slot
+created when absent, the bootstrap read in the slot's exported snapshot, and
+the resumable producer(s) the changes go out through.
+
+Order of a start:
+
+1. Checks, each failing with one line that names the setting to fix:
+   ``wal_level``, the REPLICATION attribute, the tables, a slot in use.
+2. The producers resume their partitions (``resume=True``): before anything
+   is read, so that a cluster without stores fails before a slot exists.
+3. No slot, or a slot whose bootstrap never finished (the state file says):
+   the slot is created, and every row of the tables is read in its exported
+   snapshot and published as ``op r`` at the slot's consistent point; once
+   the stores acked them all, the state file records it.
+4. Streaming from the slot's confirmed LSN.  The slot's confirmed LSN moves
+   only as :class:`~dafka.cdc.capture.ConfirmRule` allows.  While nothing
+   is pending it follows the server's WAL end, so WAL does not pile up while
+   the tables are idle.  A lost connection (PostgreSQL restarted) is
+   reopened, with a back-off, and streaming resumes at the confirmed LSN;
+   the transactions after it come again and consumers drop what they
+   applied (:mod:`dafka.cdc.apply`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from dafka import Producer, partition_address
+from dafka.config import Config
+
+from . import pgoutput
+from .capture import CaptureState, ConfirmRule
+
+log = logging.getLogger(__name__)
+
+# Sessions read times in UTC and ISO format, bytea in hex, floats exactly (dafka.cdc.types).
+SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c extra_float_digits=3"
+FEEDBACK_INTERVAL = 1.0  # seconds between status updates to the server at the most
+SNAPSHOT_FETCH = 10_000  # rows per round trip of the bootstrap's cursor
+
+
+class CdcError(Exception):
+    """A problem the user must fix; the message names the setting."""
+
+
+@dataclass
+class PostgresSource:
+    dsn: str
+    tables: list[str]  # schema.table
+    topic: str
+    name: str = ""  # the connector's name: slot, publication, partition address and state file derive from it
+    slot: str = ""
+    publication: str = ""
+    topic_per_table: bool = False  # one topic per table, "<topic>.<schema>.<table>", instead of one
+    state_dir: str = "."
+    bootstrap: bool = True
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.topic
+        safe = "".join(ch if ch.isalnum() else "_" for ch in self.name.lower())
+        self.slot = self.slot or f"dafka_{safe}"
+        self.publication = self.publication or f"dafka_{safe}"
+        self.tables = [t if "." in t else f"public.{t}" for t in self.tables]
+        if not self.tables:
+            raise CdcError("name at least one table to capture (--table SCHEMA.TABLE)")
+
+
+@dataclass
+class Stats:
+    changes: int = 0
+    transactions: int = 0
+    snapshot_rows: int = 0
+    acked: int = 0
+    confirmed_lsn: int = 0
+    wal_end: int = 0
+    malformed: int = 0
+    unexpected: int = 0
+    reconnects: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def lag_bytes(self) -> int:
+        return max(0, self.wal_end - self.confirmed_lsn)
+
+
+def _psycopg2() -> Any:
+    try:
+        import psycopg2
+        import psycopg2.extras
+    except ImportError as exc:  # pragma: no cover - the cdc extra is missing
+        raise CdcError("dafka cdc postgres needs psycopg2: pip install 'dafka[cdc]'") from exc
+    return psycopg2
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _qualified(table: str) -> str:
+    schema, _, name = table.partition(".")
+    return f"{_ident(schema)}.{_ident(name)}"
+
+
+class PostgresCapture:
+    """Runs the capture of ``source`` into the dafka cluster of ``config``.
+
+    ``run()`` blocks until :meth:`stop` (from another thread or a signal
+    handler); ``stats`` may be read meanwhile."""
+
+    def __init__(self, source: PostgresSource, config: Config) -> None:
+        self.source = source
+        self.config = config
+        self.stats = Stats()
+        self._stopping = False
+        self._pg = _psycopg2()
+        self.state = CaptureState(source.name, "")
+        self.rule = ConfirmRule()
+        self._producers: dict[str, Producer] = {}
+        self._last_offset: dict[str, int] = {}  # producer topic -> offset of its last record sent
+        self._open = False  # a transaction's BEGIN came and its COMMIT not yet
+
+    # -- public ---------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stopping = True
+
+    @property
+    def state_path(self) -> str:
+        return os.path.join(self.source.state_dir, f"{self.source.slot}.dafka-cdc.json")
+
+    def run(self) -> None:
+        try:
+            conn = self._connect()
+            try:
+                self._preflight(conn)
+            finally:
+                conn.close()
+            self._open_producers()
+            self._stream()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for producer in self._producers.values():
+            try:
+                producer.close(timeout=self.config["producer/close_timeout"] / 1000.0)
+            except Exception as exc:  # noqa: BLE001 - report and go on closing the others
+                log.error("cdc: closing producer of %s: %s", producer.topic, exc)
+        self._producers.clear()
+
+    # -- connections and checks ---------------------------------------------------
+
+    def _connect(self, replication: bool = False) -> Any:
+        pg = self._pg
+        kwargs: dict[str, Any] = {"options": SESSION_OPTIONS}
+        if replication:
+            kwargs["connection_factory"] = pg.extras.LogicalReplicationConnection
+        try:
+            conn = pg.connect(self.source.dsn, **kwargs)
+        except pg.OperationalError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CdcError(f"cannot connect to PostgreSQL (--dsn): {first}") from exc
+        if not replication:
+            conn.autocommit = True
+        return conn
+
+    def _preflight(self, conn: Any) -> None:
+        src = self.source
+        with conn.cursor() as cur:
+            cur.execute("SHOW wal_level")
+            level = cur.fetchone()[0]
+            if level != "logical":
+                raise CdcError(f"wal_level is '{level}': set wal_level = logical in postgresql.conf "
+                               "(ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL")
+            cur.execute("SELECT current_database(), current_user, rolreplication OR rolsuper FROM pg_roles "
+                        "WHERE rolname = current_user")
+            database, user, may_replicate = cur.fetchone()
+            self.state.database = database
+            if not may_replicate:
+                raise CdcError(f"role {user} may not replicate: ALTER ROLE {user} REPLICATION (or connect as "
+                               "another role in --dsn)")
+            oids = {}
+            for table in src.tables:
+                schema, _, name = table.partition(".")
+                cur.execute("SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                            "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')", (schema, name))
+                row = cur.fetchone()
+                if row is None:
+                    raise CdcError(f"table {table} does not exist in database {database} (--table)")
+                cur.execute("SELECT has_table_privilege(%s, 'SELECT')", (row[0],))
+                if not cur.fetchone()[0]:
+                    raise CdcError(f"role {user} may not read table {table}: GRANT SELECT ON {table} TO {user}")
+                oids[table] = row[0]
+            self._oids = oids
+            cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (src.slot,))
+            row = cur.fetchone()
+            if row is not None and row[0] is not None:
+                raise CdcError(f"replication slot {src.slot} is in use by process {row[0]}: another connector "
+                               "runs (stop it, or give this one another --slot)")
+            self._slot_exists = row is not None
+            cur.execute("SELECT t.oid, t.typelem FROM pg_type t WHERE t.typelem <> 0 AND t.typlen = -1")
+            self.state.element_types = dict(cur.fetchall())
+            cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (src.publication,))
+            tables = ", ".join(_qualified(t) for t in src.tables)
+            try:
+                if cur.fetchone() is None:
+                    cur.execute(f"CREATE PUBLICATION {_ident(src.publication)} FOR TABLE {tables}")
+                else:
+                    cur.execute(f"ALTER PUBLICATION {_ident(src.publication)} SET TABLE {tables}")
+            except self._pg.Error as exc:
+                raise CdcError(f"cannot create publication {src.publication} (--publication): "
+                               f"{str(exc).strip().splitlines()[0]}") from exc
+
+    # -- producers ------------------------------------------------------------
+
+    def _topic_of(self, table: str) -> str:
+        return f"{self.source.topic}.{table}" if self.source.topic_per_table else self.source.topic
+
+    def _open_producers(self) -> None:
+        for table in self.source.tables:
+            topic = self._topic_of(table)
+            if topic in self._producers:
+                continue
+            address = partition_address(f"cdc/{self.source.name}/{topic}")
+            producer = Producer(topic, self.config, address=address, resume=True)
+            self._producers[topic] = producer
+            self._last_offset[topic] = producer.stats()["sent"] - 1
+            log.info("cdc: topic %s partition %s resumes after offset %d", topic, address,
+                     self._last_offset[topic])
+
+    def _send(self, outs: list) -> None:
+        for out in outs:
+            topic = self._topic_of(out.table)
+            self._last_offset[topic] = self._producers[topic].send(out.value).offset
+
+    def released(self, topic: str) -> int:
+        return self._producers[topic].stats()["acked"] - 1
+
+    # -- the bootstrap --------------------------------------------------------------
+
+    def _bootstrapped(self) -> bool:
+        try:
+            with open(self.state_path) as f:
+                return bool(json.load(f).get("bootstrapped"))
+        except (OSError, ValueError):
+            return False
+
+    def _mark_bootstrapped(self) -> None:
+        tmp = self.state_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"slot": self.source.slot, "bootstrapped": True}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.state_path)
+
+    def _prepare_slot(self, repl: Any) -> None:
+        src = self.source
+        if self._slot_exists and (self._bootstrapped() or not src.bootstrap):
+            return
+        if self._slot_exists:
+            log.warning("cdc: slot %s exists but its bootstrap never finished: starting it again", src.slot)
+            with self._connect() as conn, conn.cursor() as cur:
+                cur.execute("SELECT pg_drop_replication_slot(%s)", (src.slot,))
+        with repl.cursor() as cur:
+            cur.execute(f"CREATE_REPLICATION_SLOT {_ident(src.slot)} LOGICAL pgoutput"
+                        + (" EXPORT_SNAPSHOT" if src.bootstrap else " NOEXPORT_SNAPSHOT"))
+            _, consistent_point, snapshot, _ = cur.fetchone()
+        self._slot_exists = True
+        log.info("cdc: slot %s created at %s", src.slot, consistent_point)
+        if src.bootstrap:
+            self._read_snapshot(snapshot, pgoutput.parse_lsn(consistent_point))
+        self._mark_bootstrapped()
+
+    def _read_snapshot(self, snapshot: str, lsn: int) -> None:
+        """Every row of the tables as seen by the slot's snapshot, as op ``r``."""
+        state = self.state
+        conn = self._connect()
+        conn.autocommit = False
+        started = time.monotonic()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
+                relations = [self._relation(cur, table) for table in self.source.tables]
+            state.begin_snapshot(lsn, int(time.time() * 1000))
+            for rel in relations:
+                state.on_relation(rel)
+                columns = ", ".join(f"{_ident(c.name)}::text" for c in rel.columns)
+                with conn.cursor(name=f"dafka_snapshot_{rel.oid}") as cur:
+                    cur.itersize = SNAPSHOT_FETCH
+                    cur.execute(f"SELECT {columns} FROM {_qualified(rel.schema + '.' + rel.table)}")
+                    for row in cur:
+                        self._send(state.snapshot_row(rel.oid, list(row)))
+                        self.stats.snapshot_rows += 1
+            self._send(state.end_snapshot())
+            conn.commit()
+        finally:
+            conn.close()
+        self._flush("the bootstrap")
+        log.info("cdc: bootstrap of %d rows in %.1f s", self.stats.snapshot_rows, time.monotonic() - started)
+
+    def _relation(self, cur: Any, table: str) -> pgoutput.Relation:
+        """A table as a pgoutput RELATION would describe it: columns, types and the replica identity's key."""
+        oid = self._oids[table]
+        cur.execute("SELECT relreplident FROM pg_class WHERE oid = %s", (oid,))
+        identity = cur.fetchone()[0]
+        cur.execute("""
+            SELECT a.attname, a.atttypid, a.atttypmod,
+                   COALESCE(a.attnum = ANY(i.indkey), false)
+            FROM pg_attribute a
+            LEFT JOIN pg_index i ON i.indrelid = a.attrelid
+                 AND (i.indisreplident OR (i.indisprimary AND NOT EXISTS (
+                      SELECT 1 FROM pg_index r WHERE r.indrelid = a.attrelid AND r.indisreplident)))
+            WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+            ORDER BY a.attnum""", (oid,))
+        columns = tuple(pgoutput.Column(name, type_oid, typmod, bool(key) or identity == "f")
+                        for name, type_oid, typmod, key in cur.fetchall())
+        schema, _, name = table.partition(".")
+        return pgoutput.Relation(oid, schema, name, identity, columns)
+
+    def _flush(self, what: str) -> None:
+        timeout = self.config["producer/close_timeout"] / 1000.0
+        for producer in self._producers.values():
+            producer.flush(timeout=timeout)
+        log.debug("cdc: %s is acked", what)
+
+    # -- streaming --------------------------------------------------------------
+
+    def _stream(self) -> None:
+        backoff = 0.5
+        while not self._stopping:
+            repl = self._connect(replication=True)
+            try:
+                self._prepare_slot(repl)
+                self._replicate(repl)
+                return
+            except self._pg.OperationalError as exc:
+                if self._stopping:
+                    return
+                self.stats.reconnects += 1
+                log.warning("cdc: replication connection lost (%s); reconnecting in %.1f s",
+                            str(exc).strip().splitlines()[0] if str(exc).strip() else exc, backoff)
+                self.state.reset()
+                self._open = False
+            finally:
+                try:
+                    repl.close()
+                except Exception:  # noqa: BLE001 - already broken
+                    pass
+            deadline = time.monotonic() + backoff
+            while not self._stopping and time.monotonic() < deadline:
+                time.sleep(0.05)
+            backoff = min(backoff * 2, 10.0)
+            while not self._stopping:
+                try:
+                    self._connect().close()
+                    break
+                except CdcError:
+                    time.sleep(min(backoff, 1.0))
+
+    def _replicate(self, repl: Any) -> None:
+        src, state, rule, stats = self.source, self.state, self.rule, self.stats
+        cur = repl.cursor()
+        cur.start_replication(slot_name=src.slot, decode=False,
+                              options={"proto_version": "1", "publication_names": src.publication})
+        log.info("cdc: streaming slot %s into %s", src.slot, src.topic)
+        fd = repl.fileno()
+        next_feedback = 0.0
+        sent_confirmed = -1
+        while not self._stopping:
+            msg = cur.read_message()
+            if msg is not None:
+                try:
+                    outs = state.on_payload(msg.payload)
+                except ValueError as exc:
+                    stats.malformed, stats.unexpected = state.malformed, state.unexpected
+                    raise CdcError(f"replication message at {pgoutput.lsn_text(msg.data_start)} cannot be "
+                                   f"captured: {exc}") from exc
+                kind = msg.payload[:1]
+                if kind == b"B":
+                    self._open = True
+                self._send(outs)
+                if state.committed_lsn is not None:
+                    self._open = False
+                    rule.committed(state.committed_lsn, dict(self._last_offset))
+                    stats.transactions = state.transactions
+                stats.changes = state.changes
+                stats.wal_end = max(stats.wal_end, msg.data_start)
+                now = time.monotonic()
+                if now < next_feedback:
+                    continue
+            now = time.monotonic()
+            stats.wal_end = max(stats.wal_end, cur.wal_end or 0)
+            confirmed = rule.acked(self.released)
+            if not self._open and not rule.pending and cur.wal_end:
+                rule.idle(cur.wal_end)
+                confirmed = rule.confirmed
+            stats.confirmed_lsn = confirmed
+            stats.acked = sum(max(0, self.released(t) + 1) for t in self._producers)
+            if confirmed != sent_confirmed or now >= next_feedback:
+                cur.send_feedback(flush_lsn=confirmed, reply=False)
+                sent_confirmed = confirmed
+                next_feedback = now + FEEDBACK_INTERVAL
+            if msg is None:
+                select.select([fd], [], [], 0.05)

@@ -1,0 +1,197 @@
+"""dafka cdc postgres against a real PostgreSQL server (tests/pgserver.py) and
+real stores: bootstrap, streaming, types, schema changes, restarts and errors."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from dafka import Consumer
+from dafka.cdc.apply import TableState, key_of
+from dafka.cdc.postgres import CdcError, PostgresCapture, PostgresSource
+from dafka.cdc.types import converter
+from dafka.store import Store
+from helpers import loopback_config, wait_for
+from pgserver import PostgresServer
+
+pytestmark = pytest.mark.cdc
+
+TABLES = """
+CREATE TABLE orders (id bigint PRIMARY KEY, customer text, amount numeric(12,2), paid boolean,
+                     placed timestamptz, tags text[], doc jsonb, blob bytea, ratio double precision);
+CREATE TABLE items (order_id bigint, line int, sku text, qty int, PRIMARY KEY (order_id, line));
+"""
+
+
+@pytest.fixture(scope="module")
+def pg():
+    server = PostgresServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def db(pg, request):
+    name = "t_" + request.node.name[5:40].lower().replace("[", "_").replace("]", "_").replace("-", "_")
+    pg.sql(f"DROP DATABASE IF EXISTS {name}")
+    pg.sql(f"CREATE DATABASE {name}")
+    pg.sql(TABLES, dbname=name)
+    yield name
+    for (slot,) in pg.sql("SELECT slot_name FROM pg_replication_slots WHERE database = %s", params=(name,)):
+        pg.sql("SELECT pg_drop_replication_slot(%s)", params=(slot,))
+    pg.sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def store(tower, tmp_path):
+    s = Store(loopback_config(tower), db=str(tmp_path / "store")).start()
+    yield s
+    s.stop()
+
+
+class Connector:
+    """A PostgresCapture running in a thread."""
+
+    def __init__(self, pg, db, tower, tmp_path, **kw) -> None:
+        self.source = PostgresSource(pg.dsn(db), kw.pop("tables", ["public.orders", "public.items"]), kw.pop("topic", "shop"),
+                                     state_dir=str(tmp_path), **kw)
+        self.capture = PostgresCapture(self.source, loopback_config(tower))
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="cdc-connector")
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.capture.run()
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            self.error = exc
+
+    def stop(self) -> None:
+        self.capture.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+def table_rows(pg, db, table: str) -> dict[str, dict]:
+    """The table as the envelope would show it: every column through the same text mapping."""
+    cols = pg.sql("SELECT a.attname, a.atttypid FROM pg_attribute a WHERE a.attrelid = %s::regclass AND a.attnum > 0 "
+                  "AND NOT a.attisdropped ORDER BY a.attnum", dbname=db, params=(table,))
+    keys = [r[0] for r in pg.sql("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND "
+                                 "a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary "
+                                 "ORDER BY a.attnum", dbname=db, params=(table,))]
+    select = ", ".join(f'"{name}"::text' for name, _ in cols)
+    rows = {}
+    for values in pg.sql(f"SELECT {select} FROM {table}", dbname=db):
+        row = {name: None if v is None else converter(oid)(v) for (name, oid), v in zip(cols, values)}
+        rows[key_of({"key": {k: row[k] for k in keys}})] = row
+    return rows
+
+
+def assert_same(materialized: dict[str, dict], table: dict[str, dict]) -> None:
+    """Equal, or the first difference in full."""
+    assert materialized.keys() == table.keys(), (sorted(materialized.keys() - table.keys())[:5],
+                                                 sorted(table.keys() - materialized.keys())[:5])
+    for key, row in table.items():
+        assert materialized[key] == row, (key, materialized[key], row)
+
+
+def consume_into(tower, topic: str, state: TableState, until, timeout: float = 30) -> list[dict]:
+    changes = []
+    with Consumer(topic, config=loopback_config(tower, consumer__offset__reset="earliest")) as consumer:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for record in consumer.consume(1000, timeout=0.2):
+                change = json.loads(record.value)
+                changes.append(change)
+                state.apply(change, record.partition)
+            if until(state, changes):
+                return changes
+    raise AssertionError(f"consumer did not get there in {timeout}s: {len(changes)} changes, {state.tables.keys()}")
+
+
+def test_bootstrap_then_stream_rebuilds_both_tables_with_every_type(pg, db, tower, store, tmp_path):
+    pg.sql("INSERT INTO orders SELECT g, 'c' || g, g * 1.25, g % 2 = 0, '2026-11-26 10:00:00+01'::timestamptz + g * "
+           "interval '1 second', ARRAY['a', 'b c', NULL], jsonb_build_object('n', g), '\\x00ff'::bytea, g / 3.0 "
+           "FROM generate_series(1, 500) g", dbname=db)
+    pg.sql("INSERT INTO items SELECT g % 100, g, 'sku' || g, g FROM generate_series(1, 300) g", dbname=db)
+    connector = Connector(pg, db, tower, tmp_path)
+    try:
+        wait_for(lambda: connector.capture.stats.snapshot_rows == 800 or connector.error, 30, what="the bootstrap")
+        assert connector.error is None
+        pg.sql("BEGIN; UPDATE orders SET paid = NOT paid, doc = '{\"x\": [1, 2.5, null]}' WHERE id <= 10; "
+               "DELETE FROM orders WHERE id BETWEEN 11 AND 20; INSERT INTO orders (id, customer, amount, ratio) "
+               "VALUES (1001, 'new', 'NaN', 'Infinity'); UPDATE items SET qty = qty + 1 WHERE line < 50; COMMIT",
+               dbname=db)
+        pg.sql("UPDATE orders SET id = 2001 WHERE id = 21", dbname=db)  # a key change
+        pg.sql("ALTER TABLE orders ADD COLUMN note text", dbname=db)
+        pg.sql("INSERT INTO orders (id, note) VALUES (3001, 'after ALTER')", dbname=db)
+        pg.sql("ALTER TABLE orders DROP COLUMN blob", dbname=db)
+        pg.sql("UPDATE orders SET note = 'dropped blob' WHERE id = 1", dbname=db)
+        state = TableState()
+        changes = consume_into(tower, "shop", state,
+                               lambda s, c: any(ch["after"] and ch["after"].get("note") == "dropped blob" for ch in c))
+        assert connector.error is None
+        assert_same(state.rows("public.orders"), table_rows(pg, db, "public.orders"))
+        assert_same(state.rows("public.items"), table_rows(pg, db, "public.items"))
+        snapshot = [c for c in changes if c["op"] == "r"]
+        assert len(snapshot) == 800 and [c["source"]["seq"] for c in snapshot] == list(range(800))
+        assert [c["source"]["last"] for c in snapshot].count(True) == 1 and snapshot[-1]["source"]["last"]
+        streamed = [c for c in changes if c["op"] != "r"]
+        first = [c for c in streamed if c["source"]["txid"] == streamed[0]["source"]["txid"]]
+        assert len(first) == 10 + 10 + 1 + 49  # one transaction, contiguous, the last marked
+        assert [c["source"]["seq"] for c in first] == list(range(70)) and first[-1]["source"]["last"]
+        assert not any(c["source"]["last"] for c in first[:-1])
+        lsns = [c["source"]["lsn"] for c in changes]
+        assert lsns == sorted(lsns)  # commit order
+        nan = next(c for c in streamed if c["op"] == "c" and c["key"] == {"id": 1001})["after"]
+        assert nan["amount"] == "NaN" and nan["ratio"] == "Infinity"
+        row = state.rows("public.orders")[key_of({"key": {"id": 2}})]
+        assert row["placed"] == "2026-11-26T09:00:02Z" and row["tags"] == ["a", "b c", None]
+        assert row["doc"] == {"x": [1, 2.5, None]} and row["amount"] == "2.50" and row["paid"] is False
+        assert "blob" not in row
+    finally:
+        connector.stop()
+
+
+def test_wal_level_not_logical_names_the_setting(tower, store, tmp_path):
+    server = PostgresServer(wal_level="replica")
+    try:
+        server.sql("CREATE TABLE t (id int PRIMARY KEY)")
+        capture = PostgresCapture(PostgresSource(server.dsn(), ["t"], "x", state_dir=str(tmp_path)),
+                                  loopback_config(tower))
+        with pytest.raises(CdcError, match="wal_level is 'replica': set wal_level = logical"):
+            capture.run()
+    finally:
+        server.close()
+
+
+def test_bad_inputs_each_name_what_to_fix(pg, db, tower, store, tmp_path):
+    def run(**kw):
+        source = PostgresSource(kw.pop("dsn", pg.dsn(db)), kw.pop("tables", ["orders"]), "x", state_dir=str(tmp_path),
+                                **kw)
+        PostgresCapture(source, loopback_config(tower)).run()
+
+    with pytest.raises(CdcError, match=r"table public.nope does not exist .*\(--table\)"):
+        run(tables=["nope"])
+    pg.sql("CREATE ROLE weak LOGIN", dbname=db)
+    with pytest.raises(CdcError, match="role weak may not replicate: ALTER ROLE weak REPLICATION"):
+        run(dsn=pg.dsn(db, user="weak"))
+    with pytest.raises(CdcError, match=r"cannot connect to PostgreSQL \(--dsn\)"):
+        run(dsn=f"host=127.0.0.1 port={pg.port} dbname=nosuchdb user=postgres")
+    pg.sql("SELECT pg_create_logical_replication_slot('dafka_busy', 'pgoutput')", dbname=db)
+    import psycopg2
+    import psycopg2.extras
+
+    holder = psycopg2.connect(pg.dsn(db), connection_factory=psycopg2.extras.LogicalReplicationConnection)
+    try:
+        holder.cursor().start_replication(slot_name="dafka_busy", decode=False,
+                                          options={"proto_version": "1", "publication_names": "none"})
+        wait_for(lambda: pg.sql("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'dafka_busy'")[0][0],
+                 10, what="the slot to be active")
+        with pytest.raises(CdcError, match=r"replication slot dafka_busy is in use by process \d+.*--slot"):
+            run(slot="dafka_busy")
+    finally:
+        holder.close()
