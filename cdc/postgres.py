@@ -135,6 +135,10 @@ class PostgresCapture:
     def stop(self) -> None:
         self._stopping = True
 
+    def producers(self) -> list[Producer]:
+        """The producers the changes go out through (one per topic)."""
+        return list(self._producers.values())
+
     @property
     def state_path(self) -> str:
         return os.path.join(self.source.state_dir, f"{self.source.slot}.dafka-cdc.json")

@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
+from dafka.cdc.cli import cdc
 from dafka.towerd.main import main as tower
 
 from .common import CONTEXT_SETTINGS
@@ -50,3 +51,4 @@ main.add_command(consume, "consume")
 main.add_command(status, "status")
 main.add_command(demo)
 main.add_command(keygen)
+main.add_command(cdc)

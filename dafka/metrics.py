@@ -58,6 +58,14 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dafka_group_members": ("gauge", "live members of the consumer's group in its view, itself included", ("group",)),
     "dafka_group_partitions": ("gauge", "partitions the group member reads", ("group",)),
     "dafka_group_rebalances": ("counter", "times the member's view of its group changed", ("group",)),
+    "dafka_cdc_changes": ("counter", "row changes a CDC connector captured from the commit log", ()),
+    "dafka_cdc_snapshot_rows": ("counter", "rows a CDC connector read in its bootstrap", ()),
+    "dafka_cdc_transactions": ("counter", "transactions a CDC connector captured", ()),
+    "dafka_cdc_records_acked": ("counter", "CDC records acked by producer/min_acks stores", ()),
+    "dafka_cdc_confirmed_lsn": ("gauge", "the LSN the CDC connector's slot confirmed", ()),
+    "dafka_cdc_lag_bytes": ("gauge", "WAL bytes between the server's end and the slot's confirmed LSN", ()),
+    "dafka_cdc_malformed": ("counter", "replication messages a CDC connector could not capture", ()),
+    "dafka_cdc_reconnects": ("counter", "times a CDC connector reconnected to its database", ()),
     "dafka_unlabelled_partitions": ("gauge", "partitions left out of a per-partition metric by the cap", ("metric",)),
 }
 
@@ -216,4 +224,20 @@ def _directory_bytes(path: str) -> int:
     return total
 
 
-_READERS = {"Producer": _producer, "Consumer": _consumer, "Store": _store, "Tower": _tower}
+def _cdc(capture: Any, families: _Families, cap: int) -> None:
+    stats = capture.stats
+    base = {"role": "cdc", "peer": capture.source.slot}
+    families.add("dafka_cdc_changes", base, stats.changes)
+    families.add("dafka_cdc_snapshot_rows", base, stats.snapshot_rows)
+    families.add("dafka_cdc_transactions", base, stats.transactions)
+    families.add("dafka_cdc_records_acked", base, stats.acked)
+    families.add("dafka_cdc_confirmed_lsn", base, stats.confirmed_lsn)
+    families.add("dafka_cdc_lag_bytes", base, stats.lag_bytes)
+    families.add("dafka_cdc_malformed", base, stats.malformed + stats.unexpected)
+    families.add("dafka_cdc_reconnects", base, stats.reconnects)
+    for producer in list(capture.producers()):
+        _producer(producer, families, cap)
+
+
+_READERS = {"Producer": _producer, "Consumer": _consumer, "Store": _store, "Tower": _tower,
+            "PostgresCapture": _cdc}

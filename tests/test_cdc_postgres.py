@@ -195,3 +195,4 @@ def test_bad_inputs_each_name_what_to_fix(pg, db, tower, store, tmp_path):
             run(slot="dafka_busy")
     finally:
         holder.close()
+

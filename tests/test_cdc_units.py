@@ -1,0 +1,100 @@
+"""The CDC connector's logic without a database: the pgoutput decoder (fuzzed),
+value mapping, transaction assembly and the confirm rule."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dafka.cdc import pgoutput
+from dafka.cdc.apply import TableState
+from dafka.cdc.capture import CaptureState, ConfirmRule
+from dafka.cdc.types import TIMESTAMPTZ, converter, parse_array
+
+pytestmark = pytest.mark.cdc
+
+
+def relation(oid=16384) -> bytes:
+    cols = [(1, b"id", 20), (0, b"name", 25)]
+    body = struct.pack(">I", oid) + b"public\0t\0" + b"d" + struct.pack(">h", len(cols))
+    for flags, name, type_oid in cols:
+        body += bytes([flags]) + name + b"\0" + struct.pack(">Ii", type_oid, -1)
+    return b"R" + body
+
+
+def tuple_data(*values: str | None) -> bytes:
+    out = struct.pack(">h", len(values))
+    for v in values:
+        out += b"n" if v is None else b"t" + struct.pack(">i", len(v.encode())) + v.encode()
+    return out
+
+
+def begin(xid=7, lsn=1000) -> bytes:
+    return b"B" + struct.pack(">QqI", lsn, 0, xid)
+
+
+def commit(lsn=1000, end=1100) -> bytes:
+    return b"C" + struct.pack(">BQQq", 0, lsn, end, 0)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.binary(max_size=200) | st.sampled_from([relation(), begin(), commit()]).flatmap(
+    lambda good: st.integers(0, len(good)).map(lambda n: good[:n])))
+def test_the_decoder_never_raises_anything_but_malformed(payload):
+    try:
+        pgoutput.decode(payload)
+    except pgoutput.MalformedMessage:
+        pass
+
+
+def test_a_transaction_is_contiguous_ordered_and_its_last_change_marked():
+    state = CaptureState("c", "db")
+    assert state.on_payload(relation()) == []
+    assert state.on_payload(begin()) == []
+    out = state.on_payload(b"I" + struct.pack(">I", 16384) + b"N" + tuple_data("1", "a"))
+    assert out == []  # held until the next change or the commit
+    out += state.on_payload(b"U" + struct.pack(">I", 16384) + b"N" + tuple_data("1", None))
+    out += state.on_payload(b"D" + struct.pack(">I", 16384) + b"K" + tuple_data("1", None))
+    out += state.on_payload(commit())
+    changes = [json.loads(o.value) for o in out]
+    assert [c["op"] for c in changes] == ["c", "u", "d"]
+    assert [(c["source"]["seq"], c["source"]["last"]) for c in changes] == [(0, False), (1, False), (2, True)]
+    assert changes[2]["before"] == {"id": 1} and changes[2]["key"] == {"id": 1}
+    assert state.committed_lsn == 1100 and all(c["source"]["lsn"] == 1000 for c in changes)
+    with pytest.raises(pgoutput.MalformedMessage):
+        state.on_payload(b"Z")
+    assert state.malformed == 1
+
+
+def test_values_map_to_json():
+    assert parse_array('{{1,NULL},{"a \\"b",c}}') == [["1", None], ['a "b', "c"]]
+    assert converter(1007)("{1,2,NULL}") == [1, 2, None]
+    assert converter(TIMESTAMPTZ)("2026-11-26 13:35:08.123+00") == "2026-11-26T13:35:08.123Z"
+    assert converter(17)("\\x00ff") == "AP8="
+    assert converter(16)("true") is True and converter(16)("f") is False
+
+
+def test_confirm_only_what_every_producer_acked_and_the_wal_end_when_idle():
+    rule = ConfirmRule()
+    rule.committed(100, {"a": 4})
+    rule.committed(200, {"a": 9})
+    acked = {"a": 5}
+    assert rule.acked(acked.get) == 100
+    rule.idle(500)
+    assert rule.confirmed == 100  # a transaction is still pending
+    acked["a"] = 9
+    assert rule.acked(acked.get) == 200
+    rule.idle(500)
+    assert rule.confirmed == 500
+
+
+def test_apply_drops_what_it_applied_already():
+    state = TableState()
+    change = {"op": "c", "before": None, "after": {"id": 1}, "key": {"id": 1},
+              "source": {"lsn": 10, "seq": 0, "schema": "public", "table": "t"}}
+    assert state.apply(change) and not state.apply(change)
+    assert state.rows("public.t") == {'{"id":1}': {"id": 1}}
