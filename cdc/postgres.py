@@ -349,7 +349,8 @@ class PostgresCapture:
                 self._prepare_slot(repl)
                 self._replicate(repl)
                 return
-            except self._pg.OperationalError as exc:
+            except (self._pg.OperationalError, self._pg.InterfaceError, self._pg.DatabaseError) as exc:
+                # (a server shutting down ends the COPY stream: psycopg2 says "no COPY in progress")
                 if self._stopping:
                     return
                 self.stats.reconnects += 1

@@ -45,6 +45,7 @@ class PeerEvent(NamedTuple):
 class _Peer:
     sender: str
     expires: float
+    beats: int = 1  # beacons seen (twins only: a dead one may be replayed once, a live one beacons on)
 
 
 _SELF = _Peer("", float("inf"))  # our own beacon, relayed back to us
@@ -89,6 +90,7 @@ class BeaconState:
                 self.welcomed = True
                 if known is not _SELF:
                     known.expires = now + self.timeout
+                    known.beats += 1
                 return [], False
         try:
             beacon = proto.decode_tower_beacon(frames)
@@ -209,7 +211,9 @@ class Beacon:
 
     def twins(self) -> list[str]:
         """The endpoints of live peers that beacon our own address from
-        elsewhere (another process with the same address), sorted."""
+        elsewhere (another process with the same address), sorted.  Only
+        those heard twice: a tower replays the last beacon of a peer it has
+        not yet expired, so a killed predecessor shows up once."""
         return sorted(self._twins_snapshot)
 
     def start(self) -> "Beacon":
@@ -278,8 +282,7 @@ class Beacon:
                     next_beacon = now + state.interval
                 for event in state.expire(now):
                     self._emit(out, event)
-                if tuple(state.twins) != self._twins_snapshot:
-                    self._twins_snapshot = tuple(state.twins)
+                self._snapshot_twins()
                 if not state.welcomed and now >= next_warning:
                     log.warning(
                         "%s %s: no tower answers at %s; still trying",
@@ -326,10 +329,14 @@ class Beacon:
                 self._replayed.set()
             for event in events:
                 self._emit(out, event)
-            if tuple(state.twins) != self._twins_snapshot:
-                self._twins_snapshot = tuple(state.twins)
+            self._snapshot_twins()
             beacon_now = beacon_now or urgent
         return beacon_now
+
+    def _snapshot_twins(self) -> None:
+        twins = self._state.twins
+        if twins or self._twins_snapshot:
+            self._twins_snapshot = tuple(ep for ep, twin in twins.items() if twin.beats > 1)
 
     def _emit(self, out: zmq.Socket, event: PeerEvent) -> None:
         if event.kind == CONNECT:

@@ -85,7 +85,9 @@ class PostgresServer:
         self._run("pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60", "stop")
 
     def restart(self) -> None:
-        self._run("pg_ctl", "-D", self.data, "-m", "fast", "-w", "-t", "60", "restart")
+        # (-l: the new postmaster must not inherit our pipes, or waiting for them to close never ends)
+        self._run("pg_ctl", "-D", self.data, "-l", os.path.join(self.root, "log"), "-m", "fast", "-w", "-t", "60",
+                  "restart")
 
     def dsn(self, dbname: str = "postgres", user: str | None = None) -> str:
         return f"host=127.0.0.1 port={self.port} dbname={dbname} user={user or self.user}"

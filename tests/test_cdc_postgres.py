@@ -4,6 +4,7 @@ real stores: bootstrap, streaming, types, schema changes, restarts and errors.""
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 
@@ -14,7 +15,7 @@ from dafka.cdc.apply import TableState, key_of
 from dafka.cdc.postgres import CdcError, PostgresCapture, PostgresSource
 from dafka.cdc.types import converter
 from dafka.store import Store
-from helpers import loopback_config, wait_for
+from helpers import loopback_config, script, wait_for
 from pgserver import PostgresServer
 
 pytestmark = pytest.mark.cdc
@@ -196,3 +197,86 @@ def test_bad_inputs_each_name_what_to_fix(pg, db, tower, store, tmp_path):
     finally:
         holder.close()
 
+
+
+_WRITER = r"""
+import random, sys, time
+import psycopg2
+rng = random.Random(int(sys.argv[2])); next_id = 100000
+deadline = time.monotonic() + float(sys.argv[3])
+conn = None
+transactions = 0
+while time.monotonic() < deadline:
+    try:
+        if conn is None or conn.closed:
+            conn = psycopg2.connect(sys.argv[1]); conn.autocommit = False
+        with conn.cursor() as cur:
+            for _ in range(rng.randint(1, 100)):
+                action = rng.random()
+                if action < 0.5:
+                    next_id += 1
+                    cur.execute("INSERT INTO orders (id, customer, amount, paid, tags, doc) "
+                                "VALUES (%s, %s, %s, %s, %s, %s)",
+                                (next_id, "w", rng.randint(0, 10**6) / 100, rng.random() < 0.5, ["x", None], '{"w": 1}'))
+                    cur.execute("INSERT INTO items VALUES (%s, 1, 'sku', %s)", (next_id, rng.randint(1, 9)))
+                elif action < 0.8:
+                    cur.execute("UPDATE orders SET amount = amount + 1, paid = NOT paid WHERE id = %s",
+                                (rng.randint(1, next_id),))
+                else:
+                    victim = rng.randint(1, next_id)
+                    cur.execute("DELETE FROM items WHERE order_id = %s", (victim,))
+                    cur.execute("DELETE FROM orders WHERE id = %s", (victim,))
+        conn.commit()
+        transactions += 1
+    except psycopg2.Error:  # the server restarted: that transaction never happened
+        conn = None
+        time.sleep(0.2)
+    time.sleep(0.005)
+print(transactions, flush=True)
+"""
+
+
+@pytest.mark.faults
+def test_kill_9_mid_load_a_store_lost_and_a_postgres_restart_lose_nothing(pg, db, tower, tmp_path, processes):
+    stores = [Store(loopback_config(tower), db=str(tmp_path / f"store{i}")).start() for i in range(3)]
+    pg.sql("INSERT INTO orders (id, customer) SELECT g, 'c' FROM generate_series(1, 2000) g", dbname=db)
+
+    def connector():
+        return processes.start([script("dafka"), "cdc", "postgres", "--dsn", pg.dsn(db), "--table", "orders",
+                                "--table", "items", "--topic", "shop", "--state-dir", str(tmp_path), "--min-acks", "2",
+                                "--sub", tower.sub_endpoint, "--pub", tower.pub_endpoint,
+                                "-X", "beacon/address=127.0.0.1", "-X", "beacon/timeout=1500"])
+
+    try:
+        first = connector()
+        writer = processes.python(_WRITER, pg.dsn(db), "7", "14")
+        time.sleep(4)
+        first.kill()  # SIGKILL, mid-load: transactions are open and unconfirmed
+        first.wait(10)
+        second = connector()
+        time.sleep(3)
+        stores[0].stop()  # a store lost: the two left still make min_acks 2
+        time.sleep(1)
+        pg.restart()  # the connector reconnects
+        assert writer.wait(60) == 0
+        assert int(writer.stdout.read()) > 20
+        pg.sql("INSERT INTO orders (id, customer) VALUES (999999, 'last')", dbname=db)
+        state = TableState()
+        try:
+            changes = consume_into(tower, "shop", state, lambda s, c: any(ch["key"] == {"id": 999999} for ch in c),
+                                   timeout=60)
+        except AssertionError:
+            second.send_signal(signal.SIGINT)
+            second.wait(30)
+            raise AssertionError(second.stderr.read().decode()[-5000:])
+        assert second.poll() is None, second.stderr.read().decode()
+        assert_same(state.rows("public.orders"), table_rows(pg, db, "public.orders"))
+        assert_same(state.rows("public.items"), table_rows(pg, db, "public.items"))
+        snapshot = [c["source"] for c in changes if c["op"] == "r"]  # the writer's first rows may be in it
+        assert len(snapshot) >= 2000 and [s["seq"] for s in snapshot] == list(range(len(snapshot)))
+        assert len({s["lsn"] for s in snapshot}) == 1 and snapshot[-1]["last"]
+        second.send_signal(signal.SIGINT)
+        assert second.wait(30) == 0, second.stderr.read().decode()
+    finally:
+        for s in stores:
+            s.stop()
