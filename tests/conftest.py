@@ -74,3 +74,37 @@ def secure_tower(keys):
     t = Tower(loopback_config(**{k.replace("/", "__"): v for k, v in curve_settings(keys, "tower").items()})).start()
     yield t
     t.stop()
+
+
+@pytest.fixture(scope="session")
+def pg():
+    """One private PostgreSQL server (tests/pgserver.py) for every CDC test."""
+    from pgserver import PostgresServer
+
+    server = PostgresServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def db(pg, request):
+    name = "t_" + request.node.name[5:40].lower().replace("[", "_").replace("]", "_").replace("-", "_")
+    pg.sql(f"DROP DATABASE IF EXISTS {name}")
+    pg.sql(f"CREATE DATABASE {name}")
+    from cdchelpers import TABLES
+
+    pg.sql(TABLES, dbname=name)
+    yield name
+    for (slot,) in pg.sql("SELECT slot_name FROM pg_replication_slots WHERE database = %s", params=(name,)):
+        pg.sql("SELECT pg_drop_replication_slot(%s)", params=(slot,))
+    pg.sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def store(tower, tmp_path):
+    """A store of ``tower`` with its database in tmp_path."""
+    from dafka.store import Store
+
+    s = Store(loopback_config(tower), db=str(tmp_path / "store")).start()
+    yield s
+    s.stop()
