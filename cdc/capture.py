@@ -128,7 +128,7 @@ class CaptureState:
     # -- the bootstrap ------------------------------------------------------
 
     def begin_snapshot(self, lsn: int, commit_ms: int) -> None:
-        """Rows read in the slot's exported snapshot follow, as op ``r`` at ``lsn``."""
+        """Rows read in a slot's exported snapshot follow, as op ``r`` at ``lsn``, in ``seq`` order."""
         self._txn = {"lsn": lsn, "txid": None, "commit_ms": commit_ms, "snapshot": True, "seq": 0}
 
     def snapshot_row(self, oid: int, texts: list[str | None]) -> list[Out]:

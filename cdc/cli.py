@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 
 import click
@@ -64,7 +65,9 @@ def postgres(dsn: str, tables: tuple[str, ...], topic: str, topic_per_table: boo
     confirms a change only once --min-acks stores acked it: after a crash
     or restart (same --name) it resumes the same partition, and the changes
     after the last confirmed one may come again, with their LSN, for
-    consumers to drop (rfc/cdc.md, the idempotent-apply rule). Runs until
+    consumers to drop (rfc/cdc.md, the idempotent-apply rule). SIGUSR1
+    publishes every row again (op "r"), so that consumers that start after
+    retention deleted the bootstrap can rebuild the tables. Runs until
     SIGINT or SIGTERM.
 
     \b
@@ -93,6 +96,7 @@ def postgres(dsn: str, tables: tuple[str, ...], topic: str, topic_per_table: boo
         say(str(exc))
         sys.exit(EXIT_FAILURE)
     stop.callbacks.append(capture.stop)
+    signal.signal(signal.SIGUSR1, lambda signum, frame: capture.request_snapshot())
     if collector is not None:
         collector.add(capture)
     say(f"capturing {', '.join(source.tables)} into {topic} (slot {source.slot}, publication {source.publication})")

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from dafka import Producer, partition_address
+from dafka import FlushTimeout, Producer, partition_address
 from dafka.config import Config
 
 from . import pgoutput
@@ -94,6 +94,20 @@ class Stats:
         return max(0, self.wal_end - self.confirmed_lsn)
 
 
+class _Keepalive:
+    """Calls ``send`` at most every :data:`FEEDBACK_INTERVAL` (a status update while the stream waits)."""
+
+    def __init__(self, send: Any) -> None:
+        self._send = send
+        self._next = 0.0
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + FEEDBACK_INTERVAL
+            self._send()
+
+
 def _psycopg2() -> Any:
     try:
         import psycopg2
@@ -129,6 +143,7 @@ class PostgresCapture:
         self._producers: dict[str, Producer] = {}
         self._last_offset: dict[str, int] = {}  # producer topic -> offset of its last record sent
         self._open = False  # a transaction's BEGIN came and its COMMIT not yet
+        self._snapshot_requested = False
 
     # -- public ---------------------------------------------------------------
 
@@ -286,8 +301,39 @@ class PostgresCapture:
             self._read_snapshot(snapshot, pgoutput.parse_lsn(consistent_point))
         self._mark_bootstrapped()
 
-    def _read_snapshot(self, snapshot: str, lsn: int) -> None:
-        """Every row of the tables as seen by the slot's snapshot, as op ``r``."""
+    def request_snapshot(self) -> None:
+        """Publish every row again, as op ``r``, at the next transaction
+        boundary (any thread; the CLI's SIGUSR1): consumers started after
+        retention deleted the bootstrap then rebuild the tables from the
+        topic."""
+        self._snapshot_requested = True
+
+    def _resnapshot(self, stream: Any) -> None:
+        """Read the tables in the snapshot of a temporary slot, made now, while
+        the main stream waits (and gets status updates, so that its walsender
+        does not time out).  The main stream then delivers the transactions
+        after the point it had reached: those that committed before the new
+        snapshot's point come after its rows with lower positions, and
+        consumers drop them; their effect is in the snapshot."""
+        self._snapshot_requested = False
+        keepalive = _Keepalive(lambda: stream.send_feedback(flush_lsn=self.rule.confirmed, reply=False))
+        repl = self._connect(replication=True)
+        try:
+            with repl.cursor() as cur:
+                cur.execute(f"CREATE_REPLICATION_SLOT {_ident(self.source.slot + '_snapshot')} TEMPORARY LOGICAL "
+                            "pgoutput EXPORT_SNAPSHOT")
+                _, point, snapshot, _ = cur.fetchone()
+            log.info("cdc: snapshot again at %s", point)
+            self._read_snapshot(snapshot, pgoutput.parse_lsn(point), keepalive)
+        finally:
+            repl.close()  # the temporary slot goes with its connection
+
+    def _read_snapshot(self, snapshot: str, point: int, keepalive: "_Keepalive | None" = None) -> None:
+        """Every row of the tables as seen by the slot's snapshot, as op ``r``.
+
+        The rows stand at ``point - 1``: the slot streams every transaction
+        whose commit record starts at ``point`` or later, and such a change
+        must sort after the rows (no commit record starts at ``point - 1``)."""
         state = self.state
         conn = self._connect()
         conn.autocommit = False
@@ -297,7 +343,7 @@ class PostgresCapture:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
                 relations = [self._relation(cur, table) for table in self.source.tables]
-            state.begin_snapshot(lsn, int(time.time() * 1000))
+            state.begin_snapshot(point - 1, int(time.time() * 1000))
             for rel in relations:
                 state.on_relation(rel)
                 columns = ", ".join(f"{_ident(c.name)}::text" for c in rel.columns)
@@ -307,11 +353,13 @@ class PostgresCapture:
                     for row in cur:
                         self._send(state.snapshot_row(rel.oid, list(row)))
                         self.stats.snapshot_rows += 1
+                        if keepalive is not None:
+                            keepalive()
             self._send(state.end_snapshot())
             conn.commit()
         finally:
             conn.close()
-        self._flush("the bootstrap")
+        self._flush("the bootstrap", keepalive)
         log.info("cdc: bootstrap of %d rows in %.1f s", self.stats.snapshot_rows, time.monotonic() - started)
 
     def _relation(self, cur: Any, table: str) -> pgoutput.Relation:
@@ -333,10 +381,19 @@ class PostgresCapture:
         schema, _, name = table.partition(".")
         return pgoutput.Relation(oid, schema, name, identity, columns)
 
-    def _flush(self, what: str) -> None:
-        timeout = self.config["producer/close_timeout"] / 1000.0
+    def _flush(self, what: str, keepalive: "_Keepalive | None" = None) -> None:
+        """Wait until the stores acked everything sent, up to producer/close_timeout (FlushTimeout)."""
+        deadline = time.monotonic() + self.config["producer/close_timeout"] / 1000.0
         for producer in self._producers.values():
-            producer.flush(timeout=timeout)
+            while True:
+                try:
+                    producer.flush(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+                    break
+                except FlushTimeout:
+                    if time.monotonic() >= deadline:
+                        raise
+                if keepalive is not None:
+                    keepalive()
         log.debug("cdc: %s is acked", what)
 
     # -- streaming --------------------------------------------------------------
@@ -384,6 +441,8 @@ class PostgresCapture:
         next_feedback = 0.0
         sent_confirmed = -1
         while not self._stopping:
+            if self._snapshot_requested and not self._open:
+                self._resnapshot(cur)
             msg = cur.read_message()
             if msg is not None:
                 try:
