@@ -734,6 +734,27 @@ def scenario_groups(members: int, partitions: int, total: int, size: int) -> dic
         shutil.rmtree(db, ignore_errors=True)
 
 
+def scenario_cdc(records: int, bootstrap_rows: int) -> dict:
+    """bench/cdc_bench.py, with a store process of this file's store role (skipped without PostgreSQL)."""
+    import cdc_bench
+
+    if not cdc_bench.available():
+        print("\n== change data capture: skipped (no PostgreSQL server or psycopg2: pip install '.[cdc]') ==")
+        return {}
+
+    def store_process(tower, db: str) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, str(HERE), "--role", "store", "--sub", tower.sub_endpoint,
+                                 "--pub", tower.pub_endpoint, "--db", db], stdout=subprocess.PIPE,
+                                stdin=subprocess.PIPE, text=True)
+        proc.stdout.readline()
+        return proc
+
+    result = cdc_bench.run(store_process, records, bootstrap_rows)
+    for line in cdc_bench.report(result):
+        print(line)
+    return result
+
+
 def free_port() -> int:
     import socket
 
@@ -955,7 +976,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--skip", default="",
-                    help="comma-separated scenarios to skip (store, bulk, partitions, groups, idle, hold, spark)")
+                    help="comma-separated scenarios to skip (store, bulk, partitions, groups, idle, hold, spark, cdc)")
+    ap.add_argument("--only", choices=("cdc",), help="run only this scenario (the ceiling is not measured)")
+    ap.add_argument("--cdc-records", type=int, default=100_000, help="row changes per sustained CDC run")
+    ap.add_argument("--bootstrap-rows", type=int, default=1_000_000, help="rows of the CDC bootstrap run")
     ap.add_argument("--idle-seconds", type=float, default=60.0, help="how long the idle scenario measures")
     # role options
     ap.add_argument("--sub")
@@ -983,6 +1007,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     skip = set(filter(None, a.skip.split(",")))
+    if a.only == "cdc":
+        results = {"cdc": scenario_cdc(a.cdc_records, a.bootstrap_rows)}
+        if a.json:
+            Path(a.json).write_text(json.dumps(results, indent=2))
+        return 0
     results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                                  "pyzmq": zmq.__version__, "libzmq": zmq.zmq_version()},
                      "records": a.records, "runs": {}}
@@ -1036,6 +1065,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{role:<44} CPU {r['cpu_percent']:.3f} %, {r['wakeups_per_s']:.1f} wake-ups/s")
     results["first_record_live"] = scenario_first_record_live()
     print(f"consumer start to first record, live producer: {results['first_record_live']['first_record_ms']:.1f} ms")
+    if "cdc" not in skip:
+        results["cdc"] = scenario_cdc(a.cdc_records, a.bootstrap_rows)
     if "hold" not in skip:
         results["hold"] = scenario_hold_unacked(a.hold_records)
         h = results["hold"]

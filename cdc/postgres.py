@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c extra_float_digits=3"
 FEEDBACK_INTERVAL = 1.0  # seconds between status updates to the server at the most
 SNAPSHOT_FETCH = 10_000  # rows per round trip of the bootstrap's cursor
+SEND_BATCH = 1024  # changes held at most before they are published (while more wait, they are held)
 
 
 class CdcError(Exception):
@@ -81,7 +82,6 @@ class Stats:
     changes: int = 0
     transactions: int = 0
     snapshot_rows: int = 0
-    acked: int = 0
     confirmed_lsn: int = 0
     wal_end: int = 0
     malformed: int = 0
@@ -142,6 +142,8 @@ class PostgresCapture:
         self.rule = ConfirmRule()
         self._producers: dict[str, Producer] = {}
         self._last_offset: dict[str, int] = {}  # producer topic -> offset of its last record sent
+        self._pending: dict[str, list[bytes]] = {}  # records held for the next send_many, by topic
+        self._held = 0
         self._open = False  # a transaction's BEGIN came and its COMMIT not yet
         self._snapshot_requested = False
 
@@ -149,6 +151,10 @@ class PostgresCapture:
 
     def stop(self) -> None:
         self._stopping = True
+
+    def acked(self) -> int:
+        """Records the stores acked, over every topic (any thread)."""
+        return sum(p.acked_offset + 1 for p in list(self._producers.values()))
 
     def producers(self) -> list[Producer]:
         """The producers the changes go out through (one per topic)."""
@@ -258,13 +264,24 @@ class PostgresCapture:
             log.info("cdc: topic %s partition %s resumes after offset %d", topic, address,
                      self._last_offset[topic])
 
-    def _send(self, outs: list) -> None:
+    def _queue(self, outs: list) -> int:
+        """Hold records to publish with the next :meth:`_publish`; returns how many are held."""
+        pending = self._pending
         for out in outs:
-            topic = self._topic_of(out.table)
-            self._last_offset[topic] = self._producers[topic].send(out.value).offset
+            pending.setdefault(self._topic_of(out.table), []).append(out.value)
+        self._held += len(outs)
+        return self._held
+
+    def _publish(self) -> None:
+        """Publish what is held: each topic's records in one call (one lock, the fewest RECORDS)."""
+        for topic, values in self._pending.items():
+            if values:
+                self._last_offset[topic] = self._producers[topic].send_many(values) + len(values) - 1
+                values.clear()
+        self._held = 0
 
     def released(self, topic: str) -> int:
-        return self._producers[topic].stats()["acked"] - 1
+        return self._producers[topic].acked_offset
 
     # -- the bootstrap --------------------------------------------------------------
 
@@ -351,11 +368,13 @@ class PostgresCapture:
                     cur.itersize = SNAPSHOT_FETCH
                     cur.execute(f"SELECT {columns} FROM {_qualified(rel.schema + '.' + rel.table)}")
                     for row in cur:
-                        self._send(state.snapshot_row(rel.oid, list(row)))
+                        if self._queue(state.snapshot_row(rel.oid, list(row))) >= SEND_BATCH:
+                            self._publish()
                         self.stats.snapshot_rows += 1
                         if keepalive is not None:
                             keepalive()
-            self._send(state.end_snapshot())
+            self._queue(state.end_snapshot())
+            self._publish()
             conn.commit()
         finally:
             conn.close()
@@ -440,6 +459,7 @@ class PostgresCapture:
         fd = repl.fileno()
         next_feedback = 0.0
         sent_confirmed = -1
+        commits: list[int] = []  # end LSNs of the transactions whose records are held
         while not self._stopping:
             if self._snapshot_requested and not self._open:
                 self._resnapshot(cur)
@@ -451,27 +471,29 @@ class PostgresCapture:
                     stats.malformed, stats.unexpected = state.malformed, state.unexpected
                     raise CdcError(f"replication message at {pgoutput.lsn_text(msg.data_start)} cannot be "
                                    f"captured: {exc}") from exc
-                kind = msg.payload[:1]
-                if kind == b"B":
+                if msg.payload[:1] == b"B":
                     self._open = True
-                self._send(outs)
+                held = self._queue(outs)
                 if state.committed_lsn is not None:
                     self._open = False
-                    rule.committed(state.committed_lsn, dict(self._last_offset))
-                    stats.transactions = state.transactions
-                stats.changes = state.changes
-                stats.wal_end = max(stats.wal_end, msg.data_start)
-                now = time.monotonic()
-                if now < next_feedback:
-                    continue
+                    commits.append(state.committed_lsn)
+                if held < SEND_BATCH and len(commits) < SEND_BATCH:
+                    continue  # more is waiting right now: publish it with these
+            # The stream paused, or enough is held: publish, and only then count the commits.
+            self._publish()
+            if commits:  # (they all wait for the same records now: the last one says it all)
+                rule.committed(commits[-1], self._last_offset)
+                commits.clear()
+            stats.changes, stats.transactions = state.changes, state.transactions
             now = time.monotonic()
+            if msg is not None and now < next_feedback:
+                continue
             stats.wal_end = max(stats.wal_end, cur.wal_end or 0)
             confirmed = rule.acked(self.released)
             if not self._open and not rule.pending and cur.wal_end:
                 rule.idle(cur.wal_end)
                 confirmed = rule.confirmed
             stats.confirmed_lsn = confirmed
-            stats.acked = sum(max(0, self.released(t) + 1) for t in self._producers)
             if confirmed != sent_confirmed or now >= next_feedback:
                 cur.send_feedback(flush_lsn=confirmed, reply=False)
                 sent_confirmed = confirmed

@@ -230,7 +230,7 @@ def _cdc(capture: Any, families: _Families, cap: int) -> None:
     families.add("dafka_cdc_changes", base, stats.changes)
     families.add("dafka_cdc_snapshot_rows", base, stats.snapshot_rows)
     families.add("dafka_cdc_transactions", base, stats.transactions)
-    families.add("dafka_cdc_records_acked", base, stats.acked)
+    families.add("dafka_cdc_records_acked", base, capture.acked())
     families.add("dafka_cdc_confirmed_lsn", base, stats.confirmed_lsn)
     families.add("dafka_cdc_lag_bytes", base, stats.lag_bytes)
     families.add("dafka_cdc_malformed", base, stats.malformed + stats.unexpected)

@@ -68,7 +68,9 @@ class PostgresServer:
         with open(os.path.join(self.data, "postgresql.conf"), "a") as conf:
             conf.write(f"\nlisten_addresses = '127.0.0.1'\nport = {self.port}\nunix_socket_directories = '{self.root}'\n"
                        f"wal_level = {wal_level}\nmax_replication_slots = 10\nmax_wal_senders = 10\nfsync = off\n"
-                       "synchronous_commit = off\nfull_page_writes = off\nshared_buffers = 64MB\n")
+                       "full_page_writes = off\nshared_buffers = 64MB\n")
+            # (synchronous_commit stays on: a walsender sends only flushed WAL, and with it off a commit
+            # waits for the WAL writer, up to wal_writer_delay, before any replica or connector sees it)
         self.start()
 
     def _run(self, tool: str, *args: str) -> str:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from dafka import Consumer, Producer
+from dafka import Consumer, Producer, RecordTooLarge
 from dafka.peer import new_address
 from dafka.store import Store
 from helpers import loopback_config, wait_for
@@ -98,3 +98,35 @@ def test_a_lone_record_is_not_held_back(tower):
     finally:
         producer.close(timeout=0)
         consumer.close()
+
+
+@pytest.mark.timeout(120)
+def test_send_many_publishes_a_burst_in_full_batches_and_records_to_a_reference_consumer(tower, tmp_path):
+    store = Store(loopback_config(tower), db=str(tmp_path / "db")).start()
+    consumer = Consumer(TOPIC, config=loopback_config(tower, consumer__offset__reset="earliest"))
+    producer = Producer(TOPIC, loopback_config(tower))
+    ref = RefConsumer(tower.sub_endpoint, tower.pub_endpoint, new_address(), earliest=True, keep=True)
+    try:
+        ref.subscribe(TOPIC)
+        # (the consumers do their work, connecting included, when they are run: run them first)
+        wait_for(lambda: consumer.poll(0.01) is None and ref.run(lambda: False, 0.01) is False
+                 and producer.stats()["audience_batches"] and producer.stats()["audience_records"]
+                 and producer.stats()["peers"] >= 4, what="the consumers and the store subscribed")
+        assert producer.send_many([]) == 0
+        assert producer.send_many([b"%08d" % s for s in range(3000)]) == 0
+        assert producer.send_many([bytearray(b"%08d" % s) for s in range(3000, 3010)]) == 3000
+        producer.flush(30)
+        assert producer.stats()["batches_sent"] == 4  # 1024 + 1024 + 952, then 10: full batches, not one each
+        assert [(r.offset, r.value) for r in take(consumer, 3010)] == [(s, b"%08d" % s) for s in range(3010)]
+        assert ref.run(lambda: ref.total() >= 3010, 30), ref.delivered
+        assert ref.contents[(TOPIC, producer.address)] == [b"%08d" % s for s in range(3010)]
+        assert ref.foreign == 0
+        assert store.heads()[(TOPIC, producer.address)] == 3009
+        with pytest.raises(RecordTooLarge):
+            producer.send_many([b"ok", b"x" * (producer.max_record_bytes + 1)])
+        assert producer.stats()["sent"] == 3010  # nothing of a refused burst went out
+    finally:
+        ref.close()
+        producer.close(timeout=5)
+        consumer.close()
+        store.stop()
