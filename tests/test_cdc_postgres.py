@@ -241,3 +241,43 @@ def test_after_retention_a_new_snapshot_lets_a_late_consumer_rebuild_the_table(p
             connector.stop()
     finally:
         kept.stop()
+
+
+def test_the_command_line_serves_metrics_and_fails_with_one_line(pg, db, tower, store, tmp_path, processes):
+    from helpers import free_port
+
+    common = ["--dsn", pg.dsn(db), "--topic", "shop", "--state-dir", str(tmp_path), "--sub", tower.sub_endpoint,
+              "--pub", tower.pub_endpoint, "-X", "beacon/address=127.0.0.1"]
+    bad = processes.start([script("dafka"), "cdc", "postgres", "--table", "public.nope", *common], text=True)
+    assert bad.wait(60) == 1
+    err = bad.stderr.read().strip().splitlines()
+    assert err[-1] == f"dafka cdc postgres: table public.nope does not exist in database {db} (--table)", err
+    usage = processes.start([script("dafka"), "cdc", "postgres", "--table", "orders", *common, "--min-acks", "0"],
+                            text=True)
+    assert usage.wait(60) == 2 and "--min-acks" in usage.stderr.read()
+    port = free_port()
+    pg.sql("INSERT INTO orders (id) SELECT g FROM generate_series(1, 25) g", dbname=db)
+    good = processes.start([script("dafka"), "cdc", "postgres", "--table", "orders", *common,
+                            "--metrics-port", str(port)], text=True)
+    import urllib.request
+
+    def metrics() -> str:
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+        except OSError:
+            return ""
+
+    wait_for(lambda: "dafka_cdc_records_acked_total{" in metrics() and
+             'dafka_cdc_records_acked_total{peer="dafka_shop",role="cdc"} 25.0' in metrics(), 30,
+             what="the bootstrap's 25 rows acked, in the metrics")
+    pg.sql("UPDATE orders SET paid = true WHERE id <= 3", dbname=db)
+    wait_for(lambda: 'dafka_cdc_changes_total{peer="dafka_shop",role="cdc"} 3.0' in metrics(), 30,
+             what="3 changes captured")
+    text = metrics()
+    for name in ("dafka_cdc_snapshot_rows_total", "dafka_cdc_transactions_total", "dafka_cdc_confirmed_lsn",
+                 "dafka_cdc_lag_bytes", "dafka_cdc_malformed_total", "dafka_cdc_reconnects_total",
+                 "dafka_records_published_total"):
+        assert name in text, name
+    good.send_signal(signal.SIGTERM)
+    assert good.wait(30) == 0
+    assert "stopped: 25 rows bootstrapped, 3 changes in 1 transactions" in good.stderr.read()
