@@ -18,10 +18,11 @@ drop by their position (:mod:`dafka.cdc.apply`).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import envelope, pgoutput
+from . import pgoutput
+from .transactions import Out, Transactions
 from .types import converter
 
 
@@ -33,27 +34,31 @@ class _Table:
     keys: list[int]  # indexes of the key columns
 
 
-@dataclass
-class Out:
-    """A record to publish: ``table`` is "schema.table" (for one topic per table)."""
-
-    table: str
-    value: bytes
-
-
-@dataclass
 class CaptureState:
-    connector: str  # the connector's name (source.name)
-    database: str
-    element_types: dict[int, int] = field(default_factory=dict)  # array type oid -> element oid (pg_type)
-    tables: dict[int, _Table] = field(default_factory=dict)
-    malformed: int = 0
-    unexpected: int = 0  # well-formed messages that make no sense here (a change of an unknown relation...)
-    changes: int = 0
-    transactions: int = 0
-    committed_lsn: int | None = None  # set by on_message when the message was a COMMIT: its end LSN
-    _txn: dict[str, Any] | None = None  # the open transaction: lsn, txid, commit_ms, snapshot, seq
-    _held: tuple[str, str, dict | None, dict | None, dict | None, list[str]] | None = None
+    def __init__(self, connector: str, database: str) -> None:
+        self.txns = Transactions("postgresql", connector)
+        self.txns.database = database
+        self.element_types: dict[int, int] = {}  # array type oid -> element oid (pg_type)
+        self.tables: dict[int, _Table] = {}
+        self.malformed = 0
+        self.unexpected = 0  # well-formed messages that make no sense here (a change of an unknown relation...)
+        self.committed_lsn: int | None = None  # set by on_message when the message was a COMMIT: its end LSN
+
+    @property
+    def database(self) -> str:
+        return self.txns.database
+
+    @database.setter
+    def database(self, name: str) -> None:
+        self.txns.database = name
+
+    @property
+    def changes(self) -> int:
+        return self.txns.changes
+
+    @property
+    def transactions(self) -> int:
+        return self.txns.transactions
 
     # -- relations --------------------------------------------------------
 
@@ -77,24 +82,20 @@ class CaptureState:
         self.committed_lsn = None
         kind = type(msg)
         if kind is pgoutput.Begin:
-            self._txn = {"lsn": msg.final_lsn, "txid": msg.xid, "commit_ms": msg.commit_us // 1000,
-                         "snapshot": False, "seq": 0}
+            self.txns.begin(msg.final_lsn, msg.xid, msg.commit_us // 1000)
             return []
         if kind is pgoutput.Relation:
             self.on_relation(msg)
             return []
         if kind is pgoutput.Commit:
-            if self._txn is None:
+            if not self.txns.open:
                 self.unexpected += 1
                 return []
-            out = self._release(last=True)
-            self._txn = None
-            self.transactions += 1
             self.committed_lsn = msg.end_lsn
-            return out
+            return self.txns.end()
         if kind in (pgoutput.TypeMsg, pgoutput.Origin, pgoutput.LogicalMessage):
             return []
-        if self._txn is None:
+        if not self.txns.open:
             self.unexpected += 1
             raise ValueError(f"a change outside a transaction: {kind.__name__}")
         if kind is pgoutput.Truncate:
@@ -122,14 +123,13 @@ class CaptureState:
     def reset(self) -> None:
         """The replication connection was lost: the open transaction comes again from its start (what of it
         was published is dropped by consumers by position), and the relations are described anew."""
-        self._txn = None
-        self._held = None
+        self.txns.reset()
 
     # -- the bootstrap ------------------------------------------------------
 
     def begin_snapshot(self, lsn: int, commit_ms: int) -> None:
         """Rows read in a slot's exported snapshot follow, as op ``r`` at ``lsn``, in ``seq`` order."""
-        self._txn = {"lsn": lsn, "txid": None, "commit_ms": commit_ms, "snapshot": True, "seq": 0}
+        self.txns.begin(lsn, None, commit_ms, snapshot=True)
 
     def snapshot_row(self, oid: int, texts: list[str | None]) -> list[Out]:
         table = self._table(oid)
@@ -138,9 +138,7 @@ class CaptureState:
         return self._hold("r", table, None, row, self._key(table, row), [])
 
     def end_snapshot(self) -> list[Out]:
-        out = self._release(last=True)
-        self._txn = None
-        return out
+        return self.txns.end()
 
     # -- helpers ------------------------------------------------------------
 
@@ -180,25 +178,8 @@ class CaptureState:
 
     def _hold(self, op: str, table: _Table, before: dict | None, after: dict | None, key: dict | None,
               unchanged: list[str]) -> list[Out]:
-        out = self._release(last=False)
-        self._held = (op, f"{table.relation.schema}.{table.relation.table}", before, after, key, unchanged)
-        return out
-
-    def _release(self, last: bool) -> list[Out]:
-        held = self._held
-        if held is None:
-            return []
-        self._held = None
-        txn = self._txn
-        op, name, before, after, key, unchanged = held
-        schema, _, table = name.partition(".")
-        source = {"version": envelope.VERSION, "connector": "postgresql", "name": self.connector,
-                  "db": self.database, "schema": schema, "table": table, "lsn": txn["lsn"], "txid": txn["txid"],
-                  "commit_ms": txn["commit_ms"], "seq": txn["seq"], "last": last, "snapshot": txn["snapshot"]}
-        txn["seq"] += 1
-        if not txn["snapshot"]:
-            self.changes += 1  # (snapshot rows are counted by the connector, apart)
-        return [Out(name, envelope.encode(op, before, after, key, source, unchanged))]
+        rel = table.relation
+        return self.txns.add(op, rel.schema, rel.table, before, after, key, unchanged)
 
 
 class ConfirmRule:

@@ -1,0 +1,80 @@
+"""Transaction assembly, shared by every source: changes in, envelopes out.
+
+A source opens a transaction with its position and clock, adds its changes
+one by one, and ends it.  Each change comes out as an envelope
+(:mod:`dafka.cdc.envelope`) with the transaction's position, its place
+``seq`` and ``last`` on the transaction's last change.  A change is held back
+until the next one (or the end) arrives, so that the last can be marked
+without holding a whole transaction in memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import envelope
+
+
+@dataclass
+class Out:
+    """A record to publish: ``table`` is "schema.table" (for one topic per table)."""
+
+    table: str
+    value: bytes
+
+
+class Transactions:
+    def __init__(self, connector: str, name: str) -> None:
+        self.connector = connector  # "postgresql", "mysql"
+        self.name = name  # the connector's name (source.name)
+        self.database = ""
+        self.changes = 0  # changes from the log (bootstrap rows are not counted)
+        self.transactions = 0
+        self._source: dict[str, Any] | None = None  # the open transaction's source fields
+        self._held: tuple | None = None
+
+    @property
+    def open(self) -> bool:
+        return self._source is not None
+
+    def begin(self, lsn: int, txid: Any, commit_ms: int, snapshot: bool = False, **extra: Any) -> None:
+        """A transaction (or a snapshot) at position ``lsn``; ``extra`` goes into ``source`` as it is."""
+        self._source = {"version": envelope.VERSION, "connector": self.connector, "name": self.name,
+                        "db": self.database, "schema": "", "table": "", "lsn": lsn, "txid": txid,
+                        "commit_ms": commit_ms, "seq": 0, "last": False, "snapshot": snapshot, **extra}
+
+    def add(self, op: str, schema: str, table: str, before: dict | None, after: dict | None, key: dict | None,
+            unchanged: list[str] | tuple = ()) -> list[Out]:
+        """A change of the open transaction; returns the change before it, now that it is not the last."""
+        if self._source is None:
+            raise ValueError(f"a change of {schema}.{table} outside a transaction")
+        out = self._release(last=False)
+        self._held = (op, schema, table, before, after, key, unchanged)
+        return out
+
+    def end(self) -> list[Out]:
+        """The transaction committed: its last change, marked."""
+        out = self._release(last=True)
+        if self._source is not None and not self._source["snapshot"]:
+            self.transactions += 1
+        self._source = None
+        return out
+
+    def reset(self) -> None:
+        """Forget the open transaction: it comes again from its start (consumers drop what they applied)."""
+        self._source = None
+        self._held = None
+
+    def _release(self, last: bool) -> list[Out]:
+        held = self._held
+        if held is None:
+            return []
+        self._held = None
+        op, schema, table, before, after, key, unchanged = held
+        source = self._source
+        fields = {**source, "schema": schema, "table": table, "last": last}
+        source["seq"] += 1
+        if not source["snapshot"]:
+            self.changes += 1
+        return [Out(f"{schema}.{table}", envelope.encode(op, before, after, key, fields, list(unchanged)))]
