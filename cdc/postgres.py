@@ -28,19 +28,19 @@ Order of a start:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import select
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from dafka import FlushTimeout, Producer, partition_address
+from dafka import Producer
 from dafka.config import Config
 
 from . import pgoutput
 from .capture import CaptureState, ConfirmRule
+from .connector import SEND_BATCH, CdcError, Publisher, StateFile, Stats
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +48,6 @@ log = logging.getLogger(__name__)
 SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c extra_float_digits=3"
 FEEDBACK_INTERVAL = 1.0  # seconds between status updates to the server at the most
 SNAPSHOT_FETCH = 10_000  # rows per round trip of the bootstrap's cursor
-SEND_BATCH = 1024  # changes held at most before they are published (while more wait, they are held)
-
-
-class CdcError(Exception):
-    """A problem the user must fix; the message names the setting."""
 
 
 @dataclass
@@ -75,23 +70,6 @@ class PostgresSource:
         self.tables = [t if "." in t else f"public.{t}" for t in self.tables]
         if not self.tables:
             raise CdcError("name at least one table to capture (--table SCHEMA.TABLE)")
-
-
-@dataclass
-class Stats:
-    changes: int = 0
-    transactions: int = 0
-    snapshot_rows: int = 0
-    confirmed_lsn: int = 0
-    wal_end: int = 0
-    malformed: int = 0
-    unexpected: int = 0
-    reconnects: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def lag_bytes(self) -> int:
-        return max(0, self.wal_end - self.confirmed_lsn)
 
 
 class _Keepalive:
@@ -140,10 +118,8 @@ class PostgresCapture:
         self._pg = _psycopg2()
         self.state = CaptureState(source.name, "")
         self.rule = ConfirmRule()
-        self._producers: dict[str, Producer] = {}
-        self._last_offset: dict[str, int] = {}  # producer topic -> offset of its last record sent
-        self._pending: dict[str, list[bytes]] = {}  # records held for the next send_many, by topic
-        self._held = 0
+        self.out = Publisher(source.name, source.topic, source.topic_per_table, config)
+        self._state_file = StateFile(os.path.join(source.state_dir, f"{source.slot}.dafka-cdc.json"))
         self._open = False  # a transaction's BEGIN came and its COMMIT not yet
         self._snapshot_requested = False
 
@@ -152,17 +128,18 @@ class PostgresCapture:
     def stop(self) -> None:
         self._stopping = True
 
+    @property
+    def label(self) -> str:
+        """What the metrics call this connector: its slot."""
+        return self.source.slot
+
     def acked(self) -> int:
         """Records the stores acked, over every topic (any thread)."""
-        return sum(p.acked_offset + 1 for p in list(self._producers.values()))
+        return self.out.acked()
 
     def producers(self) -> list[Producer]:
         """The producers the changes go out through (one per topic)."""
-        return list(self._producers.values())
-
-    @property
-    def state_path(self) -> str:
-        return os.path.join(self.source.state_dir, f"{self.source.slot}.dafka-cdc.json")
+        return list(self.out.producers.values())
 
     def run(self) -> None:
         try:
@@ -171,18 +148,10 @@ class PostgresCapture:
                 self._preflight(conn)
             finally:
                 conn.close()
-            self._open_producers()
+            self.out.open(self.source.tables)
             self._stream()
         finally:
-            self.close()
-
-    def close(self) -> None:
-        for producer in self._producers.values():
-            try:
-                producer.close(timeout=self.config["producer/close_timeout"] / 1000.0)
-            except Exception as exc:  # noqa: BLE001 - report and go on closing the others
-                log.error("cdc: closing producer of %s: %s", producer.topic, exc)
-        self._producers.clear()
+            self.out.close()
 
     # -- connections and checks ---------------------------------------------------
 
@@ -247,58 +216,13 @@ class PostgresCapture:
                 raise CdcError(f"cannot create publication {src.publication} (--publication): "
                                f"{str(exc).strip().splitlines()[0]}") from exc
 
-    # -- producers ------------------------------------------------------------
-
-    def _topic_of(self, table: str) -> str:
-        return f"{self.source.topic}.{table}" if self.source.topic_per_table else self.source.topic
-
-    def _open_producers(self) -> None:
-        for table in self.source.tables:
-            topic = self._topic_of(table)
-            if topic in self._producers:
-                continue
-            address = partition_address(f"cdc/{self.source.name}/{topic}")
-            producer = Producer(topic, self.config, address=address, resume=True)
-            self._producers[topic] = producer
-            self._last_offset[topic] = producer.stats()["sent"] - 1
-            log.info("cdc: topic %s partition %s resumes after offset %d", topic, address,
-                     self._last_offset[topic])
-
-    def _queue(self, outs: list) -> int:
-        """Hold records to publish with the next :meth:`_publish`; returns how many are held."""
-        pending = self._pending
-        for out in outs:
-            pending.setdefault(self._topic_of(out.table), []).append(out.value)
-        self._held += len(outs)
-        return self._held
-
-    def _publish(self) -> None:
-        """Publish what is held: each topic's records in one call (one lock, the fewest RECORDS)."""
-        for topic, values in self._pending.items():
-            if values:
-                self._last_offset[topic] = self._producers[topic].send_many(values) + len(values) - 1
-                values.clear()
-        self._held = 0
-
-    def released(self, topic: str) -> int:
-        return self._producers[topic].acked_offset
-
     # -- the bootstrap --------------------------------------------------------------
 
     def _bootstrapped(self) -> bool:
-        try:
-            with open(self.state_path) as f:
-                return bool(json.load(f).get("bootstrapped"))
-        except (OSError, ValueError):
-            return False
+        return bool(self._state_file.load().get("bootstrapped"))
 
     def _mark_bootstrapped(self) -> None:
-        tmp = self.state_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"slot": self.source.slot, "bootstrapped": True}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.state_path)
+        self._state_file.save({"slot": self.source.slot, "bootstrapped": True})
 
     def _prepare_slot(self, repl: Any) -> None:
         src = self.source
@@ -368,17 +292,17 @@ class PostgresCapture:
                     cur.itersize = SNAPSHOT_FETCH
                     cur.execute(f"SELECT {columns} FROM {_qualified(rel.schema + '.' + rel.table)}")
                     for row in cur:
-                        if self._queue(state.snapshot_row(rel.oid, list(row))) >= SEND_BATCH:
-                            self._publish()
+                        if self.out.queue(state.snapshot_row(rel.oid, list(row))) >= SEND_BATCH:
+                            self.out.publish()
                         self.stats.snapshot_rows += 1
                         if keepalive is not None:
                             keepalive()
-            self._queue(state.end_snapshot())
-            self._publish()
+            self.out.queue(state.end_snapshot())
+            self.out.publish()
             conn.commit()
         finally:
             conn.close()
-        self._flush("the bootstrap", keepalive)
+        self.out.flush(keepalive)
         log.info("cdc: bootstrap of %d rows in %.1f s", self.stats.snapshot_rows, time.monotonic() - started)
 
     def _relation(self, cur: Any, table: str) -> pgoutput.Relation:
@@ -399,21 +323,6 @@ class PostgresCapture:
                         for name, type_oid, typmod, key in cur.fetchall())
         schema, _, name = table.partition(".")
         return pgoutput.Relation(oid, schema, name, identity, columns)
-
-    def _flush(self, what: str, keepalive: "_Keepalive | None" = None) -> None:
-        """Wait until the stores acked everything sent, up to producer/close_timeout (FlushTimeout)."""
-        deadline = time.monotonic() + self.config["producer/close_timeout"] / 1000.0
-        for producer in self._producers.values():
-            while True:
-                try:
-                    producer.flush(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
-                    break
-                except FlushTimeout:
-                    if time.monotonic() >= deadline:
-                        raise
-                if keepalive is not None:
-                    keepalive()
-        log.debug("cdc: %s is acked", what)
 
     # -- streaming --------------------------------------------------------------
 
@@ -473,23 +382,23 @@ class PostgresCapture:
                                    f"captured: {exc}") from exc
                 if msg.payload[:1] == b"B":
                     self._open = True
-                held = self._queue(outs)
+                held = self.out.queue(outs)
                 if state.committed_lsn is not None:
                     self._open = False
                     commits.append(state.committed_lsn)
                 if held < SEND_BATCH and len(commits) < SEND_BATCH:
                     continue  # more is waiting right now: publish it with these
             # The stream paused, or enough is held: publish, and only then count the commits.
-            self._publish()
+            self.out.publish()
             if commits:  # (they all wait for the same records now: the last one says it all)
-                rule.committed(commits[-1], self._last_offset)
+                rule.committed(commits[-1], self.out.last_offset)
                 commits.clear()
             stats.changes, stats.transactions = state.changes, state.transactions
             now = time.monotonic()
             if msg is not None and now < next_feedback:
                 continue
             stats.wal_end = max(stats.wal_end, cur.wal_end or 0)
-            confirmed = rule.acked(self.released)
+            confirmed = rule.acked(self.out.released)
             if not self._open and not rule.pending and cur.wal_end:
                 rule.idle(cur.wal_end)
                 confirmed = rule.confirmed

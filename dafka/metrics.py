@@ -226,7 +226,7 @@ def _directory_bytes(path: str) -> int:
 
 def _cdc(capture: Any, families: _Families, cap: int) -> None:
     stats = capture.stats
-    base = {"role": "cdc", "peer": capture.source.slot}
+    base = {"role": "cdc", "peer": capture.label}
     families.add("dafka_cdc_changes", base, stats.changes)
     families.add("dafka_cdc_snapshot_rows", base, stats.snapshot_rows)
     families.add("dafka_cdc_transactions", base, stats.transactions)
