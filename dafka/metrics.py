@@ -240,4 +240,4 @@ def _cdc(capture: Any, families: _Families, cap: int) -> None:
 
 
 _READERS = {"Producer": _producer, "Consumer": _consumer, "Store": _store, "Tower": _tower,
-            "PostgresCapture": _cdc}
+            "PostgresCapture": _cdc, "MysqlCapture": _cdc}

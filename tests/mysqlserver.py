@@ -46,12 +46,14 @@ class MysqlServer:
         if os.geteuid() == 0:
             pw = pwd.getpwnam("mysql")
             os.chown(self.root, pw.pw_uid, pw.pw_gid)
-        subprocess.run(["mariadb-install-db", f"--datadir={self.data}", f"--user={user}", "--auth-root-authentication-method=normal",
-                        "--skip-test-db"], check=True, capture_output=True, timeout=120)
+        subprocess.run(["mariadb-install-db", f"--datadir={self.data}", f"--user={user}",
+                        "--auth-root-authentication-method=normal", "--skip-test-db"],
+                       check=True, capture_output=True, timeout=120)
         self.log = open(os.path.join(self.root, "log"), "w")
         self.args = [server, "--no-defaults", f"--datadir={self.data}", f"--socket={self.socket}", f"--port={self.port}",
                      "--bind-address=127.0.0.1", f"--user={user}", "--server-id=1", "--log-bin=binlog",
-                     f"--binlog-format={binlog_format}", "--binlog-row-image=FULL", "--innodb-buffer-pool-size=64M",
+                     f"--binlog-format={binlog_format}", "--binlog-row-image=FULL", "--binlog-row-metadata=FULL",
+                     "--innodb-buffer-pool-size=64M",
                      "--innodb-flush-log-at-trx-commit=2", "--skip-name-resolve", f"--pid-file={self.root}/pid",
                      "--default-time-zone=+00:00"]
         self.proc: subprocess.Popen | None = None
