@@ -121,6 +121,8 @@ _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
+_BEGIN = struct.Struct(">QqI")
+_COMMIT = struct.Struct(">BQQq")
 
 
 class _Reader:
@@ -139,7 +141,15 @@ class _Reader:
         return chunk
 
     def unpack(self, fmt: struct.Struct) -> int:
-        return fmt.unpack(self.take(fmt.size))[0]
+        return self.fields(fmt)[0]
+
+    def fields(self, fmt: struct.Struct) -> tuple:
+        """All of ``fmt``'s fields at once (one call for a BEGIN's or COMMIT's, the hot path)."""
+        pos = self.pos
+        if pos + fmt.size > len(self.data):
+            raise MalformedMessage(f"{chr(self.data[0])!r} message ends early at byte {pos} (wanted {fmt.size} more)")
+        self.pos = pos + fmt.size
+        return fmt.unpack_from(self.data, pos)
 
     def string(self) -> str:
         end = self.data.find(b"\0", self.pos)
@@ -157,8 +167,12 @@ class _Reader:
         if count < 0:
             raise MalformedMessage(f"tuple with {count} columns")
         values = []
+        data = self.data
         for _ in range(count):
-            kind = chr(self.unpack(_U8))
+            if self.pos >= len(data):
+                raise MalformedMessage("a tuple ends early")
+            kind = chr(data[self.pos])
+            self.pos += 1
             if kind == TEXT or kind == BINARY:
                 raw = self.take(self.unpack(_I32))
                 if kind == TEXT:
@@ -187,9 +201,11 @@ def decode(payload: bytes) -> Message:
     r = _Reader(payload)
     msg: Message
     if kind == "B":
-        msg = Begin(r.unpack(_U64), r.unpack(_I64) + PG_EPOCH_US, r.unpack(_U32))
+        final_lsn, commit_us, xid = r.fields(_BEGIN)
+        msg = Begin(final_lsn, commit_us + PG_EPOCH_US, xid)
     elif kind == "C":
-        msg = Commit(r.unpack(_U8), r.unpack(_U64), r.unpack(_U64), r.unpack(_I64) + PG_EPOCH_US)
+        flags, commit_lsn, end_lsn, commit_us = r.fields(_COMMIT)
+        msg = Commit(flags, commit_lsn, end_lsn, commit_us + PG_EPOCH_US)
     elif kind == "R":
         oid, schema, table = r.unpack(_U32), r.string(), r.string()
         identity = chr(r.unpack(_U8))

@@ -31,7 +31,10 @@ class Transactions:
         self.database = ""
         self.changes = 0  # changes from the log (bootstrap rows are not counted)
         self.transactions = 0
-        self._source: dict[str, Any] | None = None  # the open transaction's source fields
+        self._source: envelope.TransactionEncoder | None = None  # the open transaction's
+        self._seq = 0  # the next change's place in it
+        self._head: tuple[str, str] | None = None  # (envelope.source_head, the database it was made for)
+        self._snapshot = False
         self._held: tuple | None = None
 
     @property
@@ -40,9 +43,11 @@ class Transactions:
 
     def begin(self, lsn: int, txid: Any, commit_ms: int, snapshot: bool = False, **extra: Any) -> None:
         """A transaction (or a snapshot) at position ``lsn``; ``extra`` goes into ``source`` as it is."""
-        self._source = {"version": envelope.VERSION, "connector": self.connector, "name": self.name,
-                        "db": self.database, "schema": "", "table": "", "lsn": lsn, "txid": txid,
-                        "commit_ms": commit_ms, "seq": 0, "last": False, "snapshot": snapshot, **extra}
+        if self._head is None or self._head[1] != self.database:
+            self._head = (envelope.source_head(self.connector, self.name, self.database), self.database)
+        self._source = envelope.TransactionEncoder(self._head[0], lsn, txid, commit_ms, snapshot, extra)
+        self._seq = 0
+        self._snapshot = snapshot
 
     def add(self, op: str, schema: str, table: str, before: dict | None, after: dict | None, key: dict | None,
             unchanged: list[str] | tuple = ()) -> list[Out]:
@@ -56,7 +61,7 @@ class Transactions:
     def end(self) -> list[Out]:
         """The transaction committed: its last change, marked."""
         out = self._release(last=True)
-        if self._source is not None and not self._source["snapshot"]:
+        if self._source is not None and not self._snapshot:
             self.transactions += 1
         self._source = None
         return out
@@ -72,9 +77,9 @@ class Transactions:
             return []
         self._held = None
         op, schema, table, before, after, key, unchanged = held
-        source = self._source
-        fields = {**source, "schema": schema, "table": table, "last": last}
-        source["seq"] += 1
-        if not source["snapshot"]:
+        seq = self._seq
+        self._seq = seq + 1
+        if not self._snapshot:
             self.changes += 1
-        return [Out(f"{schema}.{table}", envelope.encode(op, before, after, key, fields, list(unchanged)))]
+        value = self._source.encode(op, schema, table, seq, last, before, after, key, list(unchanged))
+        return [Out(f"{schema}.{table}", value)]

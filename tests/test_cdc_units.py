@@ -98,3 +98,21 @@ def test_apply_drops_what_it_applied_already():
               "source": {"lsn": 10, "seq": 0, "schema": "public", "table": "t"}}
     assert state.apply(change) and not state.apply(change)
     assert state.rows("public.t") == {'{"id":1}': {"id": 1}}
+
+
+def test_the_envelope_is_the_documented_json_field_for_field():
+    from dafka.cdc.envelope import TransactionEncoder, source_head
+
+    enc = TransactionEncoder(source_head("mysql", "shop", "db"), 12, "0-1-5", 1700, False,
+                             {"file": "binlog.000001", "pos": 4})
+    value = enc.encode("u", "s", "t\"x", 3, True, {"id": 1, "v": "é"}, {"id": 1, "v": None}, {"id": 1}, ["big"])
+    doc = json.loads(value)
+    assert list(doc) == ["op", "before", "after", "key", "source", "ts_ms", "unchanged"]
+    assert doc == {"op": "u", "before": {"id": 1, "v": "é"}, "after": {"id": 1, "v": None}, "key": {"id": 1},
+                   "source": {"version": 1, "connector": "mysql", "name": "shop", "db": "db", "schema": "s",
+                              "table": 't"x', "lsn": 12, "txid": "0-1-5", "commit_ms": 1700, "seq": 3, "last": True,
+                              "snapshot": False, "file": "binlog.000001", "pos": 4},
+                   "ts_ms": 1700, "unchanged": ["big"]}
+    plain = TransactionEncoder(source_head("postgresql", "n", ""), 1, None, 0, True, {}).encode(
+        "r", "a", "b", 0, False, None, {"x": 1}, None, [])
+    assert json.loads(plain)["source"]["snapshot"] is True and "unchanged" not in json.loads(plain)
