@@ -8,16 +8,11 @@ and the last one marked.  A change is held back until the next one (or the
 COMMIT) arrives, so that the last can be marked without holding a whole
 transaction in memory.
 
-:class:`ConfirmRule` says which LSN the slot may confirm: the end of the
-newest transaction whose every record ``producer/min_acks`` stores acked.
-Confirming more could lose a change a store never got; confirming less only
-keeps WAL longer, and sends changes again after a restart, which consumers
-drop by their position (:mod:`dafka.cdc.apply`).
+What the slot may confirm is :class:`dafka.cdc.connector.ConfirmRule`'s.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -180,39 +175,3 @@ class CaptureState:
               unchanged: list[str]) -> list[Out]:
         rel = table.relation
         return self.txns.add(op, rel.schema, rel.table, before, after, key, unchanged)
-
-
-class ConfirmRule:
-    """Which LSN the replication slot may confirm, from what the stores acked."""
-
-    def __init__(self, confirmed: int = 0) -> None:
-        self.confirmed = confirmed
-        # committed transactions not yet confirmable: (end LSN, {producer: its last record's offset})
-        self._pending: deque[tuple[int, dict[Any, int]]] = deque()
-
-    def committed(self, end_lsn: int, last_offsets: dict[Any, int]) -> None:
-        """A transaction ended at ``end_lsn``; its records are all at or below
-        ``last_offsets`` in their producers (empty: nothing to wait for)."""
-        self._pending.append((end_lsn, dict(last_offsets)))
-
-    def idle(self, wal_end: int) -> None:
-        """Nothing is open or pending: the server's WAL end may be confirmed (keeps WAL bounded while
-        the captured tables are idle)."""
-        if not self._pending and wal_end > self.confirmed:
-            self.confirmed = wal_end
-
-    @property
-    def pending(self) -> int:
-        return len(self._pending)
-
-    def acked(self, released: Callable[[Any], int]) -> int:
-        """``released(producer)`` is the highest offset of that producer the
-        stores acked; returns the LSN that may be confirmed now."""
-        pending = self._pending
-        while pending:
-            end_lsn, offsets = pending[0]
-            if any(released(p) < offset for p, offset in offsets.items()):
-                break
-            pending.popleft()
-            self.confirmed = max(self.confirmed, end_lsn)
-        return self.confirmed

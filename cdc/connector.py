@@ -1,6 +1,7 @@
 """What every CDC connector shares: the dafka side (producers that resume
-their partitions, changes held and published in bursts, acks), the state
-file, the counters and the error a user must act on."""
+their partitions, changes held and published in bursts, acks), the rule of
+what may be confirmed to the database, the state file, the counters, the
+run's frame and the error a user must act on."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import logging
 import os
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -133,3 +135,104 @@ class StateFile:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+
+
+class ConfirmRule:
+    """Which position the database may be told is done (PostgreSQL's slot,
+    MySQL's saved position): the end of the newest transaction whose every
+    record ``producer/min_acks`` stores acked.  Confirming more could lose a
+    change a store never got; confirming less only keeps the log longer, and
+    sends changes again after a restart, which consumers drop by their
+    position (:mod:`dafka.cdc.apply`)."""
+
+    def __init__(self, confirmed: int = 0) -> None:
+        self.confirmed = confirmed
+        # committed transactions not yet confirmable: (end LSN, {producer: its last record's offset})
+        self._pending: deque[tuple[int, dict[Any, int]]] = deque()
+
+    def committed(self, end_lsn: int, last_offsets: dict[Any, int]) -> None:
+        """A transaction ended at ``end_lsn``; its records are all at or below
+        ``last_offsets`` in their producers (empty: nothing to wait for)."""
+        self._pending.append((end_lsn, dict(last_offsets)))
+
+    def idle(self, wal_end: int) -> None:
+        """Nothing is open or pending: the server's WAL end may be confirmed (keeps WAL bounded while
+        the captured tables are idle)."""
+        if not self._pending and wal_end > self.confirmed:
+            self.confirmed = wal_end
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def acked(self, released: Callable[[Any], int]) -> int:
+        """``released(producer)`` is the highest offset of that producer the
+        stores acked; returns the LSN that may be confirmed now."""
+        pending = self._pending
+        while pending:
+            end_lsn, offsets = pending[0]
+            if any(released(p) < offset for p, offset in offsets.items()):
+                break
+            pending.popleft()
+            self.confirmed = max(self.confirmed, end_lsn)
+        return self.confirmed
+
+
+class Capture:
+    """A connector's frame: check the source, open the producers, capture
+    until :meth:`stop`, close.  Subclasses give ``source`` (with name,
+    topic, topic_per_table, tables), ``label``, :meth:`_connect`,
+    :meth:`_preflight`, :meth:`_capture` and :meth:`stop`."""
+
+    source: Any
+
+    def __init__(self, source: Any, config: Config) -> None:
+        self.source = source
+        self.config = config
+        self.stats = Stats()
+        self.out = Publisher(source.name, source.topic, source.topic_per_table, config)
+        self.rule = ConfirmRule()
+
+    @property
+    def label(self) -> str:
+        """What the metrics call the connector."""
+        raise NotImplementedError
+
+    def acked(self) -> int:
+        """Records the stores acked, over every topic (any thread)."""
+        return self.out.acked()
+
+    def producers(self) -> list[Producer]:
+        """The producers the changes go out through (one per topic)."""
+        return list(self.out.producers.values())
+
+    def run(self) -> None:
+        """Blocks until :meth:`stop` (another thread, a signal handler); raises :class:`CdcError` for what the
+        user must fix."""
+        try:
+            self._check()
+            self.out.open(self.source.tables)
+            self._capture()
+        finally:
+            self.out.close()
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def _check(self) -> None:
+        conn = self._connect()
+        try:
+            self._preflight(conn)
+        finally:
+            conn.close()
+
+    def _connect(self) -> Any:
+        """A plain connection to the database (CdcError naming --dsn when it fails)."""
+        raise NotImplementedError
+
+    def _preflight(self, conn: Any) -> None:
+        """Every check that can fail with a setting to fix, before anything is created."""
+        raise NotImplementedError
+
+    def _capture(self) -> None:
+        raise NotImplementedError

@@ -31,12 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from dafka import Producer
 from dafka.config import Config
 
 from .binlog import BinlogState, file_of, position
-from .capture import ConfirmRule
-from .connector import SEND_BATCH, CdcError, Publisher, StateFile, Stats
+from .connector import SEND_BATCH, Capture, CdcError, StateFile
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +67,7 @@ class MysqlSource:
         self.server_id = self.server_id or 1_000_000 + zlib.crc32(self.name.encode()) % 1_000_000_000
 
 
-class MysqlCapture:
+class MysqlCapture(Capture):
     """Runs the capture of ``source``; ``run()`` blocks until :meth:`stop`."""
 
     def __init__(self, source: MysqlSource, config: Config) -> None:
@@ -78,11 +76,7 @@ class MysqlCapture:
             import pymysqlreplication  # noqa: F401
         except ImportError as exc:  # pragma: no cover - the cdc extra is missing
             raise CdcError("dafka cdc mysql needs mysql-replication: pip install 'dafka[cdc]'") from exc
-        self.source = source
-        self.config = config
-        self.stats = Stats()
-        self.out = Publisher(source.name, source.topic, source.topic_per_table, config)
-        self.rule = ConfirmRule()
+        super().__init__(source, config)
         self._state_file = StateFile(os.path.join(source.state_dir, f"{source.name}.dafka-cdc-mysql.json"))
         self._stopping = threading.Event()
         self._stream: Any = None
@@ -110,34 +104,19 @@ class MysqlCapture:
             except OSError:
                 pass  # already gone
 
-    def acked(self) -> int:
-        return self.out.acked()
-
-    def producers(self) -> list[Producer]:
-        return list(self.out.producers.values())
-
-    def run(self) -> None:
-        try:
-            conn = self._connect()
+    def _capture(self) -> None:
+        self._resume_at = self._start_position()
+        while not self._stopping.is_set():
             try:
-                self._preflight(conn)
-            finally:
-                conn.close()
-            self.out.open(self.source.tables)
-            self._resume_at = self._start_position()
-            while not self._stopping.is_set():
-                try:
-                    self._replicate(self._resume_at)
-                except Exception as exc:  # noqa: BLE001 - reconnect on a lost server, stop on ours
-                    if self._stopping.is_set():
-                        break
-                    if isinstance(exc, CdcError):
-                        raise
-                    self.stats.reconnects += 1
-                    log.warning("cdc: binlog connection lost (%s); reconnecting at %s:%d", exc, *self._resume_at)
-                    self._stopping.wait(1.0)
-        finally:
-            self.out.close()
+                self._replicate(self._resume_at)
+            except Exception as exc:  # noqa: BLE001 - reconnect on a lost server, stop on ours
+                if self._stopping.is_set():
+                    break
+                if isinstance(exc, CdcError):
+                    raise
+                self.stats.reconnects += 1
+                log.warning("cdc: binlog connection lost (%s); reconnecting at %s:%d", exc, *self._resume_at)
+                self._stopping.wait(1.0)
 
     # -- checks ------------------------------------------------------------------
 

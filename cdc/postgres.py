@@ -35,12 +35,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from dafka import Producer
 from dafka.config import Config
 
 from . import pgoutput
-from .capture import CaptureState, ConfirmRule
-from .connector import SEND_BATCH, CdcError, Publisher, StateFile, Stats
+from .capture import CaptureState
+from .connector import SEND_BATCH, Capture, CdcError, StateFile
 
 log = logging.getLogger(__name__)
 
@@ -104,21 +103,17 @@ def _qualified(table: str) -> str:
     return f"{_ident(schema)}.{_ident(name)}"
 
 
-class PostgresCapture:
+class PostgresCapture(Capture):
     """Runs the capture of ``source`` into the dafka cluster of ``config``.
 
     ``run()`` blocks until :meth:`stop` (from another thread or a signal
     handler); ``stats`` may be read meanwhile."""
 
     def __init__(self, source: PostgresSource, config: Config) -> None:
-        self.source = source
-        self.config = config
-        self.stats = Stats()
+        super().__init__(source, config)
         self._stopping = False
         self._pg = _psycopg2()
         self.state = CaptureState(source.name, "")
-        self.rule = ConfirmRule()
-        self.out = Publisher(source.name, source.topic, source.topic_per_table, config)
         self._state_file = StateFile(os.path.join(source.state_dir, f"{source.slot}.dafka-cdc.json"))
         self._open = False  # a transaction's BEGIN came and its COMMIT not yet
         self._snapshot_requested = False
@@ -133,25 +128,8 @@ class PostgresCapture:
         """What the metrics call this connector: its slot."""
         return self.source.slot
 
-    def acked(self) -> int:
-        """Records the stores acked, over every topic (any thread)."""
-        return self.out.acked()
-
-    def producers(self) -> list[Producer]:
-        """The producers the changes go out through (one per topic)."""
-        return list(self.out.producers.values())
-
-    def run(self) -> None:
-        try:
-            conn = self._connect()
-            try:
-                self._preflight(conn)
-            finally:
-                conn.close()
-            self.out.open(self.source.tables)
-            self._stream()
-        finally:
-            self.out.close()
+    def _capture(self) -> None:
+        self._stream()
 
     # -- connections and checks ---------------------------------------------------
 

@@ -20,13 +20,11 @@ CREATE TABLE items (order_id bigint, line int, sku text, qty int, PRIMARY KEY (o
 """
 
 
-class Connector:
-    """A PostgresCapture running in a thread."""
+class Running:
+    """A connector (PostgresCapture, MysqlCapture) running in a thread; ``error`` is what stopped it."""
 
-    def __init__(self, pg, db, tower, tmp_path, **kw) -> None:
-        self.source = PostgresSource(pg.dsn(db), kw.pop("tables", ["public.orders", "public.items"]), kw.pop("topic", "shop"),
-                                     state_dir=str(tmp_path), **kw)
-        self.capture = PostgresCapture(self.source, loopback_config(tower))
+    def __init__(self, capture) -> None:
+        self.capture = capture
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="cdc-connector")
         self.thread.start()
@@ -41,6 +39,57 @@ class Connector:
         self.capture.stop()
         self.thread.join(30)
         assert not self.thread.is_alive()
+
+
+def Connector(pg, db, tower, tmp_path, **kw) -> Running:  # noqa: N802 - reads as the class it stands for
+    """``dafka cdc postgres`` of ``db``'s orders and items (by default) into topic shop, in a thread."""
+    source = PostgresSource(pg.dsn(db), kw.pop("tables", ["public.orders", "public.items"]), kw.pop("topic", "shop"),
+                            state_dir=str(tmp_path), **kw)
+    return Running(PostgresCapture(source, loopback_config(tower)))
+
+
+# A separate writer process: transactions of 1-100 row changes over orders and items until its time is up,
+# reconnecting when the server restarts; prints how many transactions committed.  argv: driver (psycopg2 or
+# pymysql), connection (a DSN, or port,database), seed, seconds.
+WRITER = r"""
+import random, sys, time
+driver = __import__(sys.argv[1])
+def connect():
+    if sys.argv[1] == "psycopg2":
+        return driver.connect(sys.argv[2])
+    port, database = sys.argv[2].split(",")
+    return driver.connect(host="127.0.0.1", port=int(port), user="root", database=database)
+rng = random.Random(int(sys.argv[3])); next_id = 100000
+deadline = time.monotonic() + float(sys.argv[4])
+conn = None
+transactions = 0
+while time.monotonic() < deadline:
+    try:
+        if conn is None:
+            conn = connect()
+        with conn.cursor() as cur:
+            for _ in range(rng.randint(1, 100)):
+                action = rng.random()
+                if action < 0.5:
+                    next_id += 1
+                    cur.execute("INSERT INTO orders (id, customer, amount, paid) VALUES (%s, 'w', %s, %s)",
+                                (next_id, rng.randint(0, 10**6) / 100, rng.random() < 0.5))
+                    cur.execute("INSERT INTO items VALUES (%s, 1, 'sku', %s)", (next_id, rng.randint(1, 9)))
+                elif action < 0.8:
+                    cur.execute("UPDATE orders SET amount = amount + 1, paid = NOT paid WHERE id = %s",
+                                (rng.randint(1, next_id),))
+                else:
+                    victim = rng.randint(1, next_id)
+                    cur.execute("DELETE FROM items WHERE order_id = %s", (victim,))
+                    cur.execute("DELETE FROM orders WHERE id = %s", (victim,))
+        conn.commit()
+        transactions += 1
+    except driver.Error:  # the server restarted: that transaction never happened
+        conn = None
+        time.sleep(0.2)
+    time.sleep(0.005)
+print(transactions, flush=True)
+"""
 
 
 def table_rows(pg, db, table: str) -> dict[str, dict]:

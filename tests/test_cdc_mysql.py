@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import signal
-import threading
 import time
 
 import pytest
 
-from cdchelpers import assert_same, consume_into
+from cdchelpers import WRITER, Running, assert_same, consume_into
 from dafka.cdc.apply import TableState, key_of
 from dafka.cdc.binlog import KINDS, json_value
 from dafka.cdc.connector import CdcError
@@ -65,25 +64,11 @@ def table_rows(my, db: str, table: str) -> dict[str, dict]:
     return {key_of({"key": {k: row[k] for k in keys}}): row for row in rows}
 
 
-class Connector:
-    def __init__(self, my, shop, tower, tmp_path, **kw) -> None:
-        source = MysqlSource(my.dsn(), kw.pop("tables", [f"{shop}.orders", f"{shop}.items"]), kw.pop("topic", "shop"),
-                             state_dir=str(tmp_path), **kw)
-        self.capture = MysqlCapture(source, loopback_config(tower))
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="cdc-mysql")
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.capture.run()
-        except BaseException as exc:  # noqa: BLE001 - the test reads it
-            self.error = exc
-
-    def stop(self) -> None:
-        self.capture.stop()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
+def Connector(my, shop, tower, tmp_path, **kw) -> Running:  # noqa: N802 - as cdchelpers.Connector
+    """``dafka cdc mysql`` of ``shop``'s orders and items (by default) into topic shop, in a thread."""
+    source = MysqlSource(my.dsn(), kw.pop("tables", [f"{shop}.orders", f"{shop}.items"]), kw.pop("topic", "shop"),
+                         state_dir=str(tmp_path), **kw)
+    return Running(MysqlCapture(source, loopback_config(tower)))
 
 
 def test_bootstrap_then_stream_rebuilds_the_tables(my, shop, tower, store, tmp_path):
@@ -152,41 +137,6 @@ def test_bad_inputs_each_name_what_to_fix(my, shop, tower, store, tmp_path):
         run(dsn=f"mysql://weak@127.0.0.1:{my.port}/")
 
 
-_WRITER = r"""
-import random, sys, time
-import pymysql
-rng = random.Random(int(sys.argv[3])); next_id = 100000
-deadline = time.monotonic() + float(sys.argv[4])
-conn = None
-done = 0
-while time.monotonic() < deadline:
-    try:
-        if conn is None:
-            conn = pymysql.connect(host="127.0.0.1", port=int(sys.argv[1]), user="root", database=sys.argv[2])
-        with conn.cursor() as cur:
-            for _ in range(rng.randint(1, 100)):
-                action = rng.random()
-                if action < 0.5:
-                    next_id += 1
-                    cur.execute("INSERT INTO orders (id, customer, amount, paid) VALUES (%s, 'w', %s, %s)",
-                                (next_id, rng.randint(0, 10**6) / 100, rng.random() < 0.5))
-                    cur.execute("INSERT INTO items VALUES (%s, 1, 'sku', %s)", (next_id, rng.randint(1, 9)))
-                elif action < 0.8:
-                    cur.execute("UPDATE orders SET amount = amount + 1, paid = NOT paid WHERE id = %s",
-                                (rng.randint(1, next_id),))
-                else:
-                    victim = rng.randint(1, next_id)
-                    cur.execute("DELETE FROM items WHERE order_id = %s", (victim,))
-                    cur.execute("DELETE FROM orders WHERE id = %s", (victim,))
-        conn.commit()
-        done += 1
-    except pymysql.Error:  # the server restarted: that transaction never happened
-        conn = None
-        time.sleep(0.3)
-    time.sleep(0.005)
-print(done, flush=True)
-"""
-
 
 @pytest.mark.faults
 def test_kill_9_mid_load_and_a_server_restart_lose_nothing(my, shop, tower, tmp_path, processes):
@@ -201,7 +151,7 @@ def test_kill_9_mid_load_and_a_server_restart_lose_nothing(my, shop, tower, tmp_
 
     try:
         first = connector()
-        writer = processes.python(_WRITER, str(my.port), shop, "5", "12")
+        writer = processes.python(WRITER, "pymysql", f"{my.port},{shop}", "5", "12")
         time.sleep(4)
         first.kill()
         first.wait(10)

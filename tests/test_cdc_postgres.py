@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cdchelpers import Connector, assert_same, consume_into, table_rows
+from cdchelpers import WRITER, Connector, assert_same, consume_into, table_rows
 from dafka.cdc.apply import TableState, key_of
 from dafka.cdc.postgres import CdcError, PostgresCapture, PostgresSource
 from dafka.store import Store
@@ -103,42 +103,6 @@ def test_bad_inputs_each_name_what_to_fix(pg, db, tower, store, tmp_path):
 
 
 
-_WRITER = r"""
-import random, sys, time
-import psycopg2
-rng = random.Random(int(sys.argv[2])); next_id = 100000
-deadline = time.monotonic() + float(sys.argv[3])
-conn = None
-transactions = 0
-while time.monotonic() < deadline:
-    try:
-        if conn is None or conn.closed:
-            conn = psycopg2.connect(sys.argv[1]); conn.autocommit = False
-        with conn.cursor() as cur:
-            for _ in range(rng.randint(1, 100)):
-                action = rng.random()
-                if action < 0.5:
-                    next_id += 1
-                    cur.execute("INSERT INTO orders (id, customer, amount, paid, tags, doc) "
-                                "VALUES (%s, %s, %s, %s, %s, %s)",
-                                (next_id, "w", rng.randint(0, 10**6) / 100, rng.random() < 0.5, ["x", None], '{"w": 1}'))
-                    cur.execute("INSERT INTO items VALUES (%s, 1, 'sku', %s)", (next_id, rng.randint(1, 9)))
-                elif action < 0.8:
-                    cur.execute("UPDATE orders SET amount = amount + 1, paid = NOT paid WHERE id = %s",
-                                (rng.randint(1, next_id),))
-                else:
-                    victim = rng.randint(1, next_id)
-                    cur.execute("DELETE FROM items WHERE order_id = %s", (victim,))
-                    cur.execute("DELETE FROM orders WHERE id = %s", (victim,))
-        conn.commit()
-        transactions += 1
-    except psycopg2.Error:  # the server restarted: that transaction never happened
-        conn = None
-        time.sleep(0.2)
-    time.sleep(0.005)
-print(transactions, flush=True)
-"""
-
 
 @pytest.mark.faults
 def test_kill_9_mid_load_a_store_lost_and_a_postgres_restart_lose_nothing(pg, db, tower, tmp_path, processes):
@@ -153,7 +117,7 @@ def test_kill_9_mid_load_a_store_lost_and_a_postgres_restart_lose_nothing(pg, db
 
     try:
         first = connector()
-        writer = processes.python(_WRITER, pg.dsn(db), "7", "14")
+        writer = processes.python(WRITER, "psycopg2", pg.dsn(db), "7", "14")
         time.sleep(4)
         first.kill()  # SIGKILL, mid-load: transactions are open and unconfirmed
         first.wait(10)

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from dafka.cdc import pgoutput
 from dafka.cdc.apply import TableState
-from dafka.cdc.capture import CaptureState, ConfirmRule
+from dafka.cdc.capture import CaptureState
+from dafka.cdc.connector import ConfirmRule
 from dafka.cdc.types import TIMESTAMPTZ, converter, parse_array
 
 pytestmark = pytest.mark.cdc
