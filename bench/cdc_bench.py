@@ -166,7 +166,7 @@ def _latency(pg, db: str, tower, rate: int, seconds: float, start: int) -> dict:
             "p99_ms": samples[int(len(samples) * 0.99)] * 1000 if samples else None}
 
 
-def run(store_process, records: int, bootstrap_rows: int) -> dict:
+def run(store_process, records: int, bootstrap_rows: int, latency_seconds: float = 10.0) -> dict:
     """The whole scenario; ``store_process(cluster, db_path)`` starts a store process of bench/run.py."""
     from dafka.config import Config
     from dafka.towerd.tower import Tower
@@ -185,7 +185,7 @@ def run(store_process, records: int, bootstrap_rows: int) -> dict:
         try:
             result["single_row"] = _sustained(pg, "bench", connector, records, 1, 0)
             result["txn_100"] = _sustained(pg, "bench", connector, records, 100, 10_000_000)
-            result["latency"] = _latency(pg, "bench", tower, 1000, 10, 20_000_000)
+            result["latency"] = _latency(pg, "bench", tower, 1000, latency_seconds, 20_000_000)
         finally:
             connector.close()
         pg.sql(f"CREATE TABLE boot AS SELECT g AS id, md5(g::text) AS v, now() AS at FROM generate_series(1, "

@@ -734,8 +734,10 @@ def scenario_groups(members: int, partitions: int, total: int, size: int) -> dic
         shutil.rmtree(db, ignore_errors=True)
 
 
-def scenario_cdc(records: int, bootstrap_rows: int) -> dict:
+def scenario_cdc(records: int, bootstrap_rows: int, latency_seconds: float) -> dict:
     """bench/cdc_bench.py, with a store process of this file's store role (skipped without PostgreSQL)."""
+    if str(HERE.parent) not in sys.path:
+        sys.path.insert(0, str(HERE.parent))  # (python -P, PYTHONSAFEPATH: the script's folder is not on the path)
     import cdc_bench
 
     if not cdc_bench.available():
@@ -749,7 +751,7 @@ def scenario_cdc(records: int, bootstrap_rows: int) -> dict:
         proc.stdout.readline()
         return proc
 
-    result = cdc_bench.run(store_process, records, bootstrap_rows)
+    result = cdc_bench.run(store_process, records, bootstrap_rows, latency_seconds)
     for line in cdc_bench.report(result):
         print(line)
     return result
@@ -980,6 +982,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=("cdc",), help="run only this scenario (the ceiling is not measured)")
     ap.add_argument("--cdc-records", type=int, default=100_000, help="row changes per sustained CDC run")
     ap.add_argument("--bootstrap-rows", type=int, default=1_000_000, help="rows of the CDC bootstrap run")
+    ap.add_argument("--cdc-latency-seconds", type=float, default=10.0,
+                    help="how long the CDC latency run commits 1,000 changes/s")
     ap.add_argument("--idle-seconds", type=float, default=60.0, help="how long the idle scenario measures")
     # role options
     ap.add_argument("--sub")
@@ -1008,7 +1012,7 @@ def main(argv: list[str] | None = None) -> int:
 
     skip = set(filter(None, a.skip.split(",")))
     if a.only == "cdc":
-        results = {"cdc": scenario_cdc(a.cdc_records, a.bootstrap_rows)}
+        results = {"cdc": scenario_cdc(a.cdc_records, a.bootstrap_rows, a.cdc_latency_seconds)}
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=2))
         return 0
@@ -1066,7 +1070,7 @@ def main(argv: list[str] | None = None) -> int:
     results["first_record_live"] = scenario_first_record_live()
     print(f"consumer start to first record, live producer: {results['first_record_live']['first_record_ms']:.1f} ms")
     if "cdc" not in skip:
-        results["cdc"] = scenario_cdc(a.cdc_records, a.bootstrap_rows)
+        results["cdc"] = scenario_cdc(a.cdc_records, a.bootstrap_rows, a.cdc_latency_seconds)
     if "hold" not in skip:
         results["hold"] = scenario_hold_unacked(a.hold_records)
         h = results["hold"]

@@ -35,6 +35,7 @@ class CaptureState:
         self.txns.database = database
         self.element_types: dict[int, int] = {}  # array type oid -> element oid (pg_type)
         self.tables: dict[int, _Table] = {}
+        self.primary_keys: dict[str, list[str]] = {}  # "schema.table" -> its primary key's columns
         self.malformed = 0
         self.unexpected = 0  # well-formed messages that make no sense here (a change of an unknown relation...)
         self.committed_lsn: int | None = None  # set by on_message when the message was a COMMIT: its end LSN
@@ -58,8 +59,14 @@ class CaptureState:
     # -- relations --------------------------------------------------------
 
     def on_relation(self, rel: pgoutput.Relation) -> None:
+        """A table's description; its key is its primary key where it has one (the connector fills
+        :attr:`primary_keys`), else the replica identity's columns (all of them under FULL)."""
         convert = [converter(c.type_oid, self.element_types.get(c.type_oid)) for c in rel.columns]
-        keys = [i for i, c in enumerate(rel.columns) if c.key]
+        primary = self.primary_keys.get(f"{rel.schema}.{rel.table}")
+        if primary:
+            keys = [i for i, c in enumerate(rel.columns) if c.name in primary]
+        else:
+            keys = [i for i, c in enumerate(rel.columns) if c.key]
         self.tables[rel.oid] = _Table(rel, [c.name for c in rel.columns], convert, keys)
 
     # -- the replication stream ---------------------------------------------

@@ -174,6 +174,9 @@ class PostgresCapture(Capture):
                 if not cur.fetchone()[0]:
                     raise CdcError(f"role {user} may not read table {table}: GRANT SELECT ON {table} TO {user}")
                 oids[table] = row[0]
+                cur.execute("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND "
+                            "a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisprimary", (row[0],))
+                self.state.primary_keys[table] = [r[0] for r in cur.fetchall()]
             self._oids = oids
             cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (src.slot,))
             row = cur.fetchone()

@@ -27,7 +27,7 @@ from .peer import ZERO_COPY_BYTES
 from .peer import raw_send as _raw_send
 from .producer_state import ProducerState
 from .records import RecordMetadata
-from .resume import SETTLE, ResumeState
+from .resume import ResumeState
 
 log = logging.getLogger(__name__)
 
@@ -427,14 +427,17 @@ class Producer:
         the loop in the caller's thread; the first record gets head + 1."""
         beacon = self._data.beacon
         started = time.monotonic()
+        twin_wait = 1.5 * self.config["beacon/interval"] / 1000.0
         state = self._resume = ResumeState(self.address, self.topic, requester=self._requester,
                                            min_stores=self.min_acks, started=started,
-                                           timeout=self.config["producer/resume_timeout"] / 1000.0)
+                                           timeout=self.config["producer/resume_timeout"] / 1000.0,
+                                           twin_wait=twin_wait)
         try:
             while True:
                 now = time.monotonic()
-                # A reference tower never says it has replayed the live peers: give it SETTLE.
-                replayed = beacon.replayed or (beacon.connected and now >= started + SETTLE)
+                # A reference tower never says it has replayed the live peers: by twin_wait, every live peer
+                # has beaconed through it.
+                replayed = beacon.replayed or (beacon.connected and now >= started + twin_wait)
                 live = beacon.peers()
                 peers = sum(1 for sender in live.values() if not is_tagged_producer(sender))
                 twins = sorted(endpoint for endpoint, sender in live.items() if sender == self.address)

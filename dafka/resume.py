@@ -38,9 +38,11 @@ The rules, and why:
 5. While it learns the head the producer beacons and asks under a fresh
    temporary address (``requester``), so that a live producer of the
    partition never takes the newcomer for a second writer.  A live peer
-   beaconing the partition's address is another process claiming it.  A
-   killed predecessor's beacon expires within ``beacon/timeout``; one still
-   beaconing at the timeout raises :class:`PartitionClaimed`.  Once running,
+   beaconing the partition's address is another process claiming it.  The
+   head is never decided before ``twin_wait`` (1.5 x ``beacon/interval``):
+   by then such a process has been heard even if the towers' replay missed
+   it.  A killed predecessor's beacon expires within ``beacon/timeout``; one
+   still beaconing at the timeout raises :class:`PartitionClaimed`.  Once running,
    the producer beacons the partition's address, and stops writing if it
    ever sees another peer beacon it too: two processes never write one
    partition.
@@ -58,8 +60,11 @@ NO_HEAD = -1  # no store holds the partition: the first record is offset 0
 
 class ResumeState:
     def __init__(self, address: str, topic: str, *, requester: str, min_stores: int, started: float,
-                 timeout: float) -> None:
+                 timeout: float, twin_wait: float = 0.0) -> None:
         self.address = address
+        # A live peer beacons every beacon/interval, and the towers relay every beacon to every peer: after
+        # longer than that, another live process with our address has been heard, replay or not.
+        self.twin_wait = twin_wait
         self.requester = requester
         self.topic = topic
         self.min_stores = max(1, min_stores)
@@ -116,6 +121,8 @@ class ResumeState:
                     f"partition {self.address} of topic {self.topic!r} is claimed by a live producer at "
                     f"{', '.join(twins)}; it still beacons after producer/resume_timeout "
                     f"({self.timeout * 1000:.0f} ms): stop it, or give this producer another address")
+            return None
+        if now < self.started + self.twin_wait:
             return None
         if replayed and self._replayed_at is None:
             self._replayed_at = now

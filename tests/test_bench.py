@@ -21,7 +21,8 @@ def test_benchmark_runs_and_reports_every_scenario(tmp_path):
     out = tmp_path / "results.json"
     done = subprocess.run(
         [sys.executable, "-P", str(BENCH), "--records", "2000", "--catchup-records", "2000", "--hold-records", "2000",
-         "--sizes", "100", "--skip", "spark", "--json", str(out)],
+         "--sizes", "100", "--skip", "spark", "--cdc-records", "2000", "--bootstrap-rows", "2000",
+         "--cdc-latency-seconds", "1", "--json", str(out)],
         capture_output=True, text=True, timeout=280, cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -45,6 +46,11 @@ def test_benchmark_runs_and_reports_every_scenario(tmp_path):
         assert max(group["shares"]) <= -(-8 // int(members)), group["shares"]  # nobody above its share
     for process, cpu in run["direct"]["cpu_us"].items():
         assert cpu is not None and cpu > 0, process
+    cdc = results["cdc"]  # (empty where no PostgreSQL is installed; tox requires it)
+    if cdc or os.environ.get("DAFKA_REQUIRE_POSTGRES") == "1":
+        assert cdc["single_row"]["rate"] > 0 and cdc["txn_100"]["rate"] > 0 and cdc["bootstrap"]["rows"] == 2000
+        assert cdc["latency"]["changes"] == cdc["latency"]["of"] == 1000
+        assert "change data capture" in done.stdout
 
 
 def _bench_module():

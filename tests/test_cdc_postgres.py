@@ -245,3 +245,45 @@ def test_the_command_line_serves_metrics_and_fails_with_one_line(pg, db, tower, 
     good.send_signal(signal.SIGTERM)
     assert good.wait(30) == 0
     assert "stopped: 25 rows bootstrapped, 3 changes in 1 transactions" in good.stderr.read()
+
+
+def test_unchanged_toasted_values_keep_their_old_value(pg, db, tower, store, tmp_path):
+    """A TOASTed value an update did not touch is not sent: under the default replica identity the envelope
+    names it in "unchanged" and the consumer keeps the old value; under FULL the connector fills it in."""
+    pg.sql("CREATE TABLE docs (id int PRIMARY KEY, body text, n int); CREATE TABLE full_docs (id int PRIMARY KEY, "
+           "body text, n int); ALTER TABLE full_docs REPLICA IDENTITY FULL", dbname=db)
+    big = "SELECT string_agg(md5(g::text || %s), '') FROM generate_series(1, 400) g"  # 12.8 KB, incompressible
+    for table in ("docs", "full_docs"):
+        pg.sql(f"INSERT INTO {table} VALUES (1, ({big}), 0)", dbname=db, params=(table,))
+    connector = Connector(pg, db, tower, tmp_path, tables=["public.docs", "public.full_docs"], topic="docs")
+    try:
+        wait_for(lambda: connector.capture.stats.snapshot_rows == 2 or connector.error, 30, what="the bootstrap")
+        pg.sql("UPDATE docs SET n = 1; UPDATE full_docs SET n = 1", dbname=db)
+        state = TableState()
+        changes = consume_into(tower, "docs", state, lambda s, c: sum(x["op"] == "u" for x in c) == 2)
+        updates = {c["source"]["table"]: c for c in changes if c["op"] == "u"}
+        assert updates["docs"]["unchanged"] == ["body"] and "body" not in updates["docs"]["after"]
+        assert "unchanged" not in updates["full_docs"] and len(updates["full_docs"]["after"]["body"]) == 12_800
+        for table in ("public.docs", "public.full_docs"):
+            assert_same(state.rows(table), table_rows(pg, db, table))
+    finally:
+        connector.stop()
+
+
+def test_the_slot_follows_the_wal_while_the_captured_tables_are_idle(pg, db, tower, store, tmp_path):
+    pg.sql("CREATE TABLE other (id serial PRIMARY KEY, v text)", dbname=db)
+    connector = Connector(pg, db, tower, tmp_path, tables=["public.items"], topic="items")
+    try:
+        wait_for(lambda: connector.capture.stats.confirmed_lsn > 0 or connector.error, 30, what="streaming")
+        for _ in range(20):  # WAL written by a table nobody captures
+            pg.sql("INSERT INTO other (v) SELECT repeat('x', 1000) FROM generate_series(1, 500)", dbname=db)
+        (written,) = pg.sql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn", dbname=db)[0]
+
+        def confirmed() -> int:
+            return int(pg.sql("SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots "
+                              "WHERE slot_name = 'dafka_items'", dbname=db)[0][0])
+
+        wait_for(lambda: confirmed() >= written, 20, what="the slot to confirm past the idle tables' WAL")
+        assert connector.error is None
+    finally:
+        connector.stop()

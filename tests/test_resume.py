@@ -105,6 +105,15 @@ def test_no_tower_is_an_error():
         state(timeout=1.0).decide(1.0, peers=0, replayed=False, twins=[])
 
 
+def test_nothing_is_decided_before_a_live_twin_would_have_beaconed():
+    s = ResumeState(ME, "orders", requester=REQ, min_stores=1, started=0.0, timeout=10.0, twin_wait=1.5)
+    s.on_connection()
+    s.on_store_reader(0.0)
+    s.on_message(partitions("R1", ("orders", ME, 3)))
+    assert s.decide(1.0, peers=1, replayed=True, twins=[]) is None  # the replay may have missed a live twin
+    assert s.decide(1.6, peers=1, replayed=True, twins=[]) == 3
+
+
 def test_a_twin_that_expires_is_a_dead_predecessor_one_that_stays_claims_the_partition():
     s = state(timeout=5.0)
     s.on_connection()
