@@ -95,7 +95,8 @@ class StatsFile:
         if not self.path:
             return
         stats = dict(stats, pid=os.getpid(), rss_kib=rss_kib(), time=time.time())
-        tmp = f"{self.path}.{os.getpid()}.tmp"
+        # (per thread: the periodic writer may still be writing when the role writes its last stats)
+        tmp = f"{self.path}.{os.getpid()}.{threading.get_ident()}.tmp"
         with open(tmp, "w") as f:
             json.dump(stats, f)
         os.replace(tmp, self.path)
