@@ -13,13 +13,11 @@ most frequent ones::
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from dafka.spark import register
+from dafka.spark.examples.job import add_source_arguments, read_topic, session
 
 
 def word_counts(records: DataFrame) -> DataFrame:
@@ -32,13 +30,8 @@ def word_counts(records: DataFrame) -> DataFrame:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m dafka.spark.examples.wordcount",
                                      description="Count the words in the records of a Dafka topic.")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--path", help="a store's LevelDB directory (stopped store, backup or copy)")
-    source.add_argument("--tower", help="read live: the tower's XPUB endpoint (beacon/pub_address)")
-    parser.add_argument("--tower-sub", help="the tower's XSUB endpoint (beacon/sub_address)")
-    parser.add_argument("--topic", required=True, help="topic to read (exact name)")
+    add_source_arguments(parser, "topic to read (exact name)")
     parser.add_argument("--top", type=int, default=10, help="how many words to print (default 10)")
-    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     return parser.parse_args(argv)
 
 
@@ -46,29 +39,11 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> li
     """Run the job; prints ``word<TAB>count`` lines and returns them.  With
     ``spark`` it uses that session (and leaves it running)."""
     args = parse_args(argv)
-    own = spark is None
-    if own:
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        spark = (SparkSession.builder.master(args.master).appName("dafka-wordcount")
-                 .config("spark.ui.enabled", "false").getOrCreate())
-    try:
-        register(spark)
-        reader = spark.read.format("dafka").option("topic", args.topic)
-        if args.path:
-            reader = reader.option("path", args.path)
-        else:
-            reader = reader.option("tower", args.tower)
-            if args.tower_sub:
-                reader = reader.option("towerSub", args.tower_sub)
-        top = [(row["word"], row["count"]) for row in word_counts(reader.load()).limit(args.top).collect()]
+    with session(spark, args.master, "dafka-wordcount") as spark:
+        top = [(row["word"], row["count"]) for row in word_counts(read_topic(spark, args)).limit(args.top).collect()]
         for word, count in top:
             print(f"{word}\t{count}")
         return top
-    finally:
-        if own:
-            spark.stop()
-
 
 if __name__ == "__main__":
     main()
