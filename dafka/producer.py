@@ -456,8 +456,7 @@ class Producer:
 
     def _ask_heads(self) -> None:
         if self._resume is not None:
-            self._resume.last_ask = time.monotonic()
-            self._pub.send_multipart(self._resume.get_heads())
+            self._pub.send_multipart(self._resume.ask(time.monotonic()))
 
     def _fence(self, twins: list[str]) -> None:
         """Another live process beacons our address: stop writing the partition."""

@@ -79,7 +79,9 @@ class ResumeState:
         self.last_ask: float | None = None
         self._replayed_at: float | None = None
 
-    def get_heads(self) -> list[bytes]:
+    def ask(self, now: float) -> list[bytes]:
+        """The GET-HEADS to publish now (to every store: it goes out on our data socket)."""
+        self.last_ask = now
         return proto.encode(proto.GetHeadsMsg(self.topic, self.requester))
 
     def on_connection(self) -> None:
@@ -88,8 +90,7 @@ class ResumeState:
     def on_store_reader(self, now: float) -> list[bytes]:
         """A store reader subscribed to GET-HEADS on our data socket: ask (all stores, again)."""
         self.readers += 1
-        self.last_ask = now
-        return self.get_heads()
+        return self.ask(now)
 
     def on_message(self, msg: object) -> None:
         kind = type(msg)
