@@ -1,5 +1,5 @@
-"""Change capture, free of I/O: pgoutput messages (and bootstrap rows) in,
-envelopes out, and the rule for what the slot may confirm.
+"""Change capture from PostgreSQL, free of I/O: pgoutput messages (and
+bootstrap rows) in, envelopes out.
 
 :class:`CaptureState` keeps the relations PostgreSQL described and assembles
 each transaction: its changes come out in commit order, contiguous, each
@@ -55,6 +55,11 @@ class CaptureState:
     @property
     def transactions(self) -> int:
         return self.txns.transactions
+
+    @property
+    def in_transaction(self) -> bool:
+        """A BEGIN came and its COMMIT not yet."""
+        return self.txns.open
 
     # -- relations --------------------------------------------------------
 

@@ -18,7 +18,7 @@ Order of a start:
    snapshot and published as ``op r`` at the slot's consistent point; once
    the stores acked them all, the state file records it.
 4. Streaming from the slot's confirmed LSN.  The slot's confirmed LSN moves
-   only as :class:`~dafka.cdc.capture.ConfirmRule` allows.  While nothing
+   only as :class:`~dafka.cdc.connector.ConfirmRule` allows.  While nothing
    is pending it follows the server's WAL end, so WAL does not pile up while
    the tables are idle.  A lost connection (PostgreSQL restarted) is
    reopened, with a back-off, and streaming resumes at the confirmed LSN;
@@ -115,7 +115,6 @@ class PostgresCapture(Capture):
         self._pg = _psycopg2()
         self.state = CaptureState(source.name, "")
         self._state_file = StateFile(os.path.join(source.state_dir, f"{source.slot}.dafka-cdc.json"))
-        self._open = False  # a transaction's BEGIN came and its COMMIT not yet
         self._snapshot_requested = False
 
     # -- public ---------------------------------------------------------------
@@ -323,7 +322,6 @@ class PostgresCapture(Capture):
                 log.warning("cdc: replication connection lost (%s); reconnecting in %.1f s",
                             str(exc).strip().splitlines()[0] if str(exc).strip() else exc, backoff)
                 self.state.reset()
-                self._open = False
             finally:
                 try:
                     repl.close()
@@ -351,7 +349,7 @@ class PostgresCapture(Capture):
         sent_confirmed = -1
         commits: list[int] = []  # end LSNs of the transactions whose records are held
         while not self._stopping:
-            if self._snapshot_requested and not self._open:
+            if self._snapshot_requested and not state.in_transaction:
                 self._resnapshot(cur)
             msg = cur.read_message()
             if msg is not None:
@@ -361,11 +359,8 @@ class PostgresCapture(Capture):
                     stats.malformed, stats.unexpected = state.malformed, state.unexpected
                     raise CdcError(f"replication message at {pgoutput.lsn_text(msg.data_start)} cannot be "
                                    f"captured: {exc}") from exc
-                if msg.payload[:1] == b"B":
-                    self._open = True
                 held = self.out.queue(outs)
                 if state.committed_lsn is not None:
-                    self._open = False
                     commits.append(state.committed_lsn)
                 if held < SEND_BATCH and len(commits) < SEND_BATCH:
                     continue  # more is waiting right now: publish it with these
@@ -380,7 +375,7 @@ class PostgresCapture(Capture):
                 continue
             stats.wal_end = max(stats.wal_end, cur.wal_end or 0)
             confirmed = rule.acked(self.out.released)
-            if not self._open and not rule.pending and cur.wal_end:
+            if not state.in_transaction and not rule.pending and cur.wal_end:
                 rule.idle(cur.wal_end)
                 confirmed = rule.confirmed
             stats.confirmed_lsn = confirmed
