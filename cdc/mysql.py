@@ -81,8 +81,6 @@ class MysqlCapture(Capture):
         self._stopping = threading.Event()
         self._stream: Any = None
         self._prefix = "binlog"
-        self._keys: dict[str, list[str]] = {}
-        self._kinds: dict[str, dict[str, str]] = {}
         self._resume_at = ("", 0)  # where the binlog is read from next: after the last transaction published
 
     # -- public --------------------------------------------------------------
@@ -153,6 +151,8 @@ class MysqlCapture(Capture):
             except pymysql.err.OperationalError as exc:
                 raise CdcError(f"user {user} may not read the binlog: GRANT REPLICATION SLAVE, REPLICATION CLIENT "
                                f"ON *.* TO {user}") from exc
+            keys: dict[str, list[str]] = {}
+            kinds: dict[str, dict[str, str]] = {}
             for table in self.source.tables:
                 schema, _, name = table.partition(".")
                 cur.execute("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = %s AND "
@@ -161,9 +161,9 @@ class MysqlCapture(Capture):
                     raise CdcError(f"table {table} does not exist (--table)")
                 cur.execute("SELECT column_name FROM information_schema.key_column_usage WHERE table_schema = %s AND "
                             "table_name = %s AND constraint_name = 'PRIMARY' ORDER BY ordinal_position", (schema, name))
-                self._keys[table] = [r[0] for r in cur.fetchall()]
-                self._kinds[table] = self._column_kinds(cur, schema, name)
-            self.state = BinlogState(self.source.name, self._keys, self._kinds)
+                keys[table] = [r[0] for r in cur.fetchall()]
+                kinds[table] = self._column_kinds(cur, schema, name)
+            self.state = BinlogState(self.source.name, keys, kinds)
 
     @staticmethod
     def _column_kinds(cur: Any, schema: str, name: str) -> dict[str, str]:
@@ -250,7 +250,7 @@ class MysqlCapture(Capture):
         from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-        src, state, rule, stats, out = self.source, self.state, self.rule, self.stats, self.out
+        src, state, stats, out = self.source, self.state, self.stats, self.out
         schemas = sorted({t.partition(".")[0] for t in src.tables})
         wanted = set(src.tables)
         stream = self._stream = BinLogStreamReader(
@@ -278,11 +278,9 @@ class MysqlCapture(Capture):
                         if not state.txns.open:
                             state.begin(file, next_pos, gtid, event.timestamp)
                     elif state.txns.open:  # COMMIT of a non-transactional engine, or DDL: the group ends
-                        out.queue(state.commit(file, next_pos))
-                        self._committed(file, next_pos)
+                        self._commit(file, next_pos)
                 elif kind is XidEvent:
-                    out.queue(state.commit(file, next_pos))
-                    self._committed(file, next_pos)
+                    self._commit(file, next_pos)
                 elif kind in (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent):
                     if f"{event.schema}.{event.table}" not in wanted:
                         continue
@@ -299,20 +297,23 @@ class MysqlCapture(Capture):
                 now = time.monotonic()
                 if now - last_save >= SAVE_INTERVAL:
                     last_save = now
-                    confirmed = rule.acked(out.released)
-                    if confirmed > stats.confirmed_lsn:
-                        self._save(*file_of(confirmed, self._prefix))
+                    self._save_confirmed()
         finally:
             stream.close()
             self._stream = None
             state.txns.reset()
             out.publish()
-        confirmed = rule.acked(out.released)
-        if confirmed > stats.confirmed_lsn:
-            self._save(*file_of(confirmed, self._prefix))
+        self._save_confirmed()
 
-    def _committed(self, file: str, next_pos: int) -> None:
+    def _commit(self, file: str, next_pos: int) -> None:
         """A transaction committed: publish it, and count it for the saved position."""
+        self.out.queue(self.state.commit(file, next_pos))
         self.out.publish()
         self.rule.committed(position(file, next_pos), self.out.last_offset)
         self._resume_at = (file, next_pos)
+
+    def _save_confirmed(self) -> None:
+        """Save the position after the newest transaction the stores acked, if it moved."""
+        confirmed = self.rule.acked(self.out.released)
+        if confirmed > self.stats.confirmed_lsn:
+            self._save(*file_of(confirmed, self._prefix))
