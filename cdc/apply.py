@@ -19,10 +19,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from . import envelope
+
 
 def key_of(change: dict[str, Any]) -> str:
     """A row's identity within its table: its key columns as canonical JSON."""
-    return json.dumps(change["key"], sort_keys=True, separators=(",", ":"))
+    return _canonical(change["key"])
+
+
+def _canonical(key: dict[str, Any] | None) -> str:
+    return json.dumps(key, sort_keys=True, separators=(",", ":"))
 
 
 class TableState:
@@ -40,13 +46,14 @@ class TableState:
         at or below the partition's last position, and so dropped."""
         if not isinstance(change, dict):
             change = json.loads(change)
-        source = change["source"]
-        position = (source["lsn"], source["seq"])
+        position = envelope.position(change)
         if position <= self.positions.get(partition, (-1, -1)):
             self.dropped += 1
             return False
         self.positions[partition] = position
-        rows = self.tables.setdefault(f"{source['schema']}.{source['table']}", {})
+        source = change["source"]
+        table = f"{source['schema']}.{source['table']}"
+        rows = self.tables.setdefault(table, {})
         op = change["op"]
         if op == "t":
             rows.clear()
@@ -57,15 +64,16 @@ class TableState:
             key = key_of(change)
             before = change.get("before")
             if op == "u" and before is not None and change["key"] is not None:
-                old = json.dumps({k: before.get(k) for k in change["key"]}, sort_keys=True, separators=(",", ":"))
+                old = _canonical({k: before.get(k) for k in change["key"]})
                 previous = rows.pop(old, None) if old != key else rows.get(key)
             else:
                 previous = rows.get(key)
-            for column in change.get("unchanged", ()):
+            unchanged = change.get("unchanged", ())
+            for column in unchanged:
                 if previous is not None and column in previous:
                     after[column] = previous[column]
             rows[key] = after
-            self.columns[f"{source['schema']}.{source['table']}"] = [*after, *change.get("unchanged", ())]
+            self.columns[table] = [*change["after"], *unchanged]
         self.applied += 1
         return True
 
