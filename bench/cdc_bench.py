@@ -11,7 +11,8 @@ PostgreSQL server (tests/pgserver.py), a tower and one store.
   writer's clock just before its commit; a consumer in this process takes
   the difference when the change arrives (p50, p99).
 * **Bootstrap**: a table of R rows, read by a new connector in its slot's
-  snapshot: rows per second until the store acked the last.
+  snapshot: rows per second from its first row read to the store's ack of
+  the last, and the start-up before it (process, checks, the resume probe).
 
 Run alone: ``python3 bench/run.py --only cdc`` (see run.py's --help).
 """
@@ -63,12 +64,6 @@ def _metric(port: int, name: str) -> float:
     return float(match.group(1)) if match else 0.0
 
 
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class _Connector:
     """``dafka cdc postgres`` as a process, with its metrics endpoint."""
 
@@ -118,9 +113,9 @@ class _Connector:
         self.proc.stderr.close()
 
 
-def _sustained(pg, db: str, connector: _Connector, n: int, per_txn: int, start: int) -> dict:
+def _sustained(pg, db: str, connector: _Connector, cpu_of, n: int, per_txn: int, start: int) -> dict:
     acked_before = connector.metric("dafka_cdc_records_acked_total")
-    cpu = _cpu_seconds(connector.proc.pid)
+    cpu = cpu_of(connector.proc.pid)
     lag: list[float] = []
     began = time.perf_counter()
     pg.sql(f"CALL bench_commit({n}, {per_txn}, {start})", dbname=db)
@@ -128,7 +123,7 @@ def _sustained(pg, db: str, connector: _Connector, n: int, per_txn: int, start: 
     done = connector.wait_acked(acked_before + n, lag=lag)
     lag.append(connector.metric("dafka_cdc_lag_bytes"))
     return {"changes": n, "per_transaction": per_txn, "rate": n / (done - began), "writer_rate": n / (written - began),
-            "cpu_us": round((_cpu_seconds(connector.proc.pid) - cpu) / n * 1e6, 2),
+            "cpu_us": round((cpu_of(connector.proc.pid) - cpu) / n * 1e6, 2),
             "max_lag_bytes": max(lag), "final_lag_bytes": lag[-1]}
 
 
@@ -166,8 +161,9 @@ def _latency(pg, db: str, tower, rate: int, seconds: float, start: int) -> dict:
             "p99_ms": samples[int(len(samples) * 0.99)] * 1000 if samples else None}
 
 
-def run(store_process, records: int, bootstrap_rows: int, latency_seconds: float = 10.0) -> dict:
-    """The whole scenario; ``store_process(cluster, db_path)`` starts a store process of bench/run.py."""
+def run(store_process, cpu_of, records: int, bootstrap_rows: int, latency_seconds: float = 10.0) -> dict:
+    """The whole scenario; ``store_process(tower, db_path)`` starts a store process of bench/run.py,
+    ``cpu_of(pid)`` reads a process's CPU seconds (bench/run.py's)."""
     from dafka.config import Config
     from dafka.towerd.tower import Tower
     from pgserver import PostgresServer
@@ -183,8 +179,8 @@ def run(store_process, records: int, bootstrap_rows: int, latency_seconds: float
         pg.sql(PROCEDURES, dbname="bench")
         connector = _Connector(pg, "bench", tower, ["public.changes"], "cdc", work)
         try:
-            result["single_row"] = _sustained(pg, "bench", connector, records, 1, 0)
-            result["txn_100"] = _sustained(pg, "bench", connector, records, 100, 10_000_000)
+            result["single_row"] = _sustained(pg, "bench", connector, cpu_of, records, 1, 0)
+            result["txn_100"] = _sustained(pg, "bench", connector, cpu_of, records, 100, 10_000_000)
             result["latency"] = _latency(pg, "bench", tower, 1000, latency_seconds, 20_000_000)
         finally:
             connector.close()
@@ -194,10 +190,16 @@ def run(store_process, records: int, bootstrap_rows: int, latency_seconds: float
         began = time.perf_counter()
         connector = _Connector(pg, "bench", tower, ["public.boot"], "boot", work)
         try:
-            cpu = _cpu_seconds(connector.proc.pid)
+            cpu = cpu_of(connector.proc.pid)
+            while connector.metric("dafka_cdc_snapshot_rows_total") == 0:  # start-up: checks, the resume probe
+                if connector.proc.poll() is not None or time.perf_counter() - began > 120:
+                    raise RuntimeError("the bootstrap connector published no row")
+                time.sleep(0.01)
+            first = time.perf_counter()
             done = connector.wait_acked(bootstrap_rows)
-            result["bootstrap"] = {"rows": bootstrap_rows, "rate": bootstrap_rows / (done - began),
-                                   "cpu_us": round((_cpu_seconds(connector.proc.pid) - cpu) / bootstrap_rows * 1e6, 2)}
+            result["bootstrap"] = {"rows": bootstrap_rows, "rate": bootstrap_rows / (done - first),
+                                   "startup_s": round(first - began, 2),
+                                   "cpu_us": round((cpu_of(connector.proc.pid) - cpu) / bootstrap_rows * 1e6, 2)}
         finally:
             connector.close()
     finally:
@@ -222,5 +224,5 @@ def report(r: dict) -> list[str]:
                  f"({lat['changes']:,} of {lat['of']:,})")
     b = r["bootstrap"]
     lines.append(f"{'bootstrap of ' + format(b['rows'], ',') + ' rows':<44} {b['rate']:>11,.0f} rows/s; "
-                 f"connector {b['cpu_us']} us/row")
+                 f"connector {b['cpu_us']} us/row; start-up before the first row {b['startup_s']:.1f} s")
     return lines

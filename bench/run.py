@@ -751,7 +751,7 @@ def scenario_cdc(records: int, bootstrap_rows: int, latency_seconds: float) -> d
         proc.stdout.readline()
         return proc
 
-    result = cdc_bench.run(store_process, records, bootstrap_rows, latency_seconds)
+    result = cdc_bench.run(store_process, proc_cpu_seconds, records, bootstrap_rows, latency_seconds)
     for line in cdc_bench.report(result):
         print(line)
     return result
@@ -765,11 +765,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def proc_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process so far, all its threads together (user + system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def proc_cpu_and_wakeups(pid: int) -> tuple[float, int]:
     """CPU seconds and voluntary context switches (a thread went to sleep, to
     be woken later) of a process so far, all its threads together."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    cpu = proc_cpu_seconds(pid)
     switches = 0
     for status in Path(f"/proc/{pid}/task").glob("*/status"):
         try:

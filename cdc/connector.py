@@ -219,6 +219,13 @@ class Capture:
     def stop(self) -> None:
         raise NotImplementedError
 
+    def _confirmed_at(self, lsn: int) -> None:
+        """Where the database already stands confirmed (the slot's confirmed LSN, the saved binlog
+        position): the rule and the lag count from there, not from 0."""
+        if lsn > self.rule.confirmed:
+            self.rule.confirmed = lsn
+        self.stats.confirmed_lsn = max(self.stats.confirmed_lsn, lsn)
+
     def _check(self) -> None:
         conn = self._connect()
         try:

@@ -185,6 +185,7 @@ class MysqlCapture(Capture):
         if saved.get("file"):
             log.info("cdc: resuming the binlog at %s:%d", saved["file"], saved["pos"])
             self._prefix = saved["file"].rsplit(".", 1)[0]
+            self._confirmed_at(position(saved["file"], saved["pos"]))
             return saved["file"], saved["pos"]
         if not self.source.bootstrap:
             with self._connect() as conn, conn.cursor() as cur:
@@ -239,7 +240,7 @@ class MysqlCapture(Capture):
 
     def _save(self, file: str, pos: int) -> None:
         self._state_file.save({"name": self.source.name, "file": file, "pos": pos})
-        self.stats.confirmed_lsn = position(file, pos)
+        self._confirmed_at(position(file, pos))
 
     # -- streaming ----------------------------------------------------------------------
 

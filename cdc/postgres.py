@@ -177,12 +177,15 @@ class PostgresCapture(Capture):
                             "a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisprimary", (row[0],))
                 self.state.primary_keys[table] = [r[0] for r in cur.fetchall()]
             self._oids = oids
-            cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (src.slot,))
+            cur.execute("SELECT active_pid, confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots "
+                        "WHERE slot_name = %s", (src.slot,))
             row = cur.fetchone()
             if row is not None and row[0] is not None:
                 raise CdcError(f"replication slot {src.slot} is in use by process {row[0]}: another connector "
                                "runs (stop it, or give this one another --slot)")
             self._slot_exists = row is not None
+            if row is not None and row[1] is not None:
+                self._confirmed_at(int(row[1]))
             cur.execute("SELECT t.oid, t.typelem FROM pg_type t WHERE t.typelem <> 0 AND t.typlen = -1")
             self.state.element_types = dict(cur.fetchall())
             cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (src.publication,))
@@ -217,6 +220,7 @@ class PostgresCapture(Capture):
                         + (" EXPORT_SNAPSHOT" if src.bootstrap else " NOEXPORT_SNAPSHOT"))
             _, consistent_point, snapshot, _ = cur.fetchone()
         self._slot_exists = True
+        self._confirmed_at(pgoutput.parse_lsn(consistent_point))
         log.info("cdc: slot %s created at %s", src.slot, consistent_point)
         if src.bootstrap:
             self._read_snapshot(snapshot, pgoutput.parse_lsn(consistent_point))
