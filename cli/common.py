@@ -41,7 +41,7 @@ _SAID_BY_TOOL = {
 # --------------------------------------------------------------------------
 
 
-def _parse_sets(ctx: click.Context, param: click.Parameter, values: Iterable[str]) -> list[tuple[str, str]]:
+def parse_sets(ctx: click.Context, param: click.Parameter, values: Iterable[str]) -> list[tuple[str, str]]:
     pairs = []
     for text in values or ():
         try:
@@ -70,7 +70,7 @@ def common_options(*, pub_help: str, sub_help: str, tower_timeout: bool = True, 
                          help="Config file in the reference's ZPL format."),
             click.option("--pub", metavar="ADDR", help=pub_help),
             click.option("--sub", metavar="ADDR", help=sub_help),
-            click.option("-X", "--set", "sets", metavar="KEY=VALUE", multiple=True, callback=_parse_sets,
+            click.option("-X", "--set", "sets", metavar="KEY=VALUE", multiple=True, callback=parse_sets,
                          help="Set any config key (repeatable), e.g. -X beacon/address=127.0.0.1."),
             click.option("-v", "--verbose", is_flag=True, help="Debug logging on stderr (and */verbose = 1)."),
         ]

@@ -1,24 +1,12 @@
-"""``dafka status``: who is alive, and the heads of every topic and partition.
+"""``dafka status``: who is alive, and the heads of every topic and partition
+(the survey itself is :mod:`dafka.survey`).
 
 What ``kafka-topics --describe`` and consumer-lag views give Kafka users, got
-the Dafka way: the tool joins the mesh for a moment as a consumer peer.
-
-1. Its beacon subscribes to the tower, which replays the latest beacon of
-   every live peer (``"B", sender, endpoint``): the list of peers.
-2. It binds an XPUB (the configured bind address; 127.0.0.1 on loopback) and
-   announces it, so every peer connects a SUB to it.  The subscriptions those
-   SUBs make tell each peer's role (a producer subscribes ``K<addr>``, a store
-   reader ``W<addr>`` and ``G``, a store writer ``D<addr>`` ``M`` ``H``, a
-   consumer ``D`` ``E`` ``L`` ``<addr>``).
-3. It connects a SUB to every peer, subscribed ``E<own address>`` (the stores'
-   DIRECT-HEADs), ``L<own address>`` (STORE-HELLO) and ``H[topic]`` (the live
-   producers' HEADs), and sends GET-HEADS with topic ``""`` (all topics: a
-   reference store prefix-matches it, a dafka-py store treats it as all) or
-   the ``--topic``, again for each topic it hears a HEAD of.  It sends it when
-   a store reader subscribes ``G`` and when a STORE-HELLO shows the way back
-   is up.
-4. After ``--wait-ms`` it prints the peers and a table: topic, partition,
-   store head (highest over the stores), the last HEAD of the live producer.
+the Dafka way: the tool joins the mesh for a moment as a consumer peer, and
+after ``--wait-ms`` prints the peers and a table: topic, partition, store head
+(highest over the stores), the last HEAD of the live producer, and, for a
+partition a mirror copied in from another site, that site (read from the
+site's provenance topic, rfc/mirror.md).
 
 With ``--groups`` it also subscribes ``J`` (every consumer group's
 GROUP-MEMBER heartbeat, rfc section 14), which members answer at once, and
@@ -30,14 +18,10 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
 
 import click
-import zmq
 
-from dafka import proto
-from dafka.beacon import CONNECT, Beacon
-from dafka.peer import DataSocket, connect, new_address, read_subscriptions
+from dafka.survey import StatusPeer, Survey
 
 from .common import (
     CONTEXT_SETTINGS,
@@ -48,219 +32,6 @@ from .common import (
     setup_logging,
     table,
 )
-
-
-@dataclass
-class Survey:
-    """What the tool learned; filled by :class:`StatusPeer`."""
-
-    address: str
-    topic: str | None
-    peers: dict[str, str] = field(default_factory=dict)  # endpoint -> sender
-    roles: dict[str, set[str]] = field(default_factory=dict)  # address -> roles
-    store_heads: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)  # (topic, partition) -> reader -> seq
-    producer_heads: dict[tuple[str, str], int] = field(default_factory=dict)
-    groups: dict[str, dict[str, proto.GroupMemberMsg]] = field(default_factory=dict)  # group -> member -> heartbeat
-
-    def note_role(self, address: str, role: str) -> None:
-        self.roles.setdefault(address, set()).add(role)
-
-    def role(self, address: str) -> str:
-        roles = self.roles.get(address, set())
-        if "store-reader" in roles:
-            return "store-reader"
-        if "producer" in roles:
-            return "producer"
-        if "consumer" in roles:
-            return "consumer"
-        if "direct" in roles:
-            return "store-writer"
-        return "?"
-
-    def wants(self, subject: str) -> bool:
-        return self.topic is None or subject == self.topic
-
-    # -- output -------------------------------------------------------------
-
-    def peer_rows(self) -> list[dict[str, str]]:
-        rows = [{"address": s, "endpoint": e, "role": self.role(s)} for e, s in self.peers.items()]
-        order = {"producer": 0, "consumer": 1, "store-writer": 2, "store-reader": 3, "?": 4}
-        return sorted(rows, key=lambda r: (order[r["role"]], r["address"]))
-
-    def group_rows(self) -> list[dict]:
-        rows = []
-        for group, members in sorted(self.groups.items()):
-            for address, msg in sorted(members.items()):
-                rows.append({
-                    "group": group,
-                    "member": address,
-                    "topics": list(msg.subjects),
-                    "partitions": [
-                        {"topic": e.subject, "partition": e.address,
-                         "committed": None if e.offset == proto.NO_OFFSET else e.offset}
-                        for e in msg.entries if e.state == proto.READING],
-                })
-        return rows
-
-    def partition_rows(self) -> list[dict]:
-        rows = []
-        for key in sorted(set(self.store_heads) | set(self.producer_heads)):
-            stores = self.store_heads.get(key, {})
-            rows.append({
-                "topic": key[0],
-                "partition": key[1],
-                "store_head": max(stores.values()) if stores else None,
-                "producer_head": self.producer_heads.get(key),
-                "stores": dict(sorted(stores.items())),
-            })
-        return rows
-
-
-class StatusPeer:
-    def __init__(self, config, topic: str | None, groups: bool = False) -> None:
-        self.config = config
-        self.groups = groups
-        self.ctx = zmq.Context()
-        self.address = new_address()
-        self.survey = Survey(self.address, topic)
-        self.xpub = self.ctx.socket(zmq.XPUB)
-        self.xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
-        self.xpub.linger = 0
-        self.data = DataSocket(self.ctx, config, self.xpub, self.address, "status")
-        self.subs: dict[str, zmq.Socket] = {}  # endpoint -> SUB
-        self.poller = zmq.Poller()
-        self.poller.register(self.xpub, zmq.POLLIN)
-        self.poller.register(self.data.beacon.events, zmq.POLLIN)
-        self.asked: set[str] = set()  # topics GET-HEADS was sent for
-
-    @property
-    def connected(self) -> bool:
-        return self.data.beacon.connected
-
-    def start(self) -> None:
-        self.data.beacon.start()
-
-    def close(self) -> None:
-        self.data.beacon.stop()
-        for sock in self.subs.values():
-            sock.close(0)
-        self.xpub.close(0)
-        self.ctx.term()
-
-    def run(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        resent = False
-        while True:
-            now = time.monotonic()
-            if now >= deadline:
-                return
-            if not resent and now >= deadline - seconds / 2:
-                resent = True
-                self.get_heads()  # insurance against a lost first request
-            for sock, _ in self.poller.poll(max(1, int((deadline - now) * 1000))):
-                if sock is self.xpub:
-                    self.on_subscriptions()
-                elif sock is self.data.beacon.events:
-                    self.on_beacon()
-                else:
-                    self.on_peer(sock)
-
-    # -- GET-HEADS ----------------------------------------------------------
-
-    def get_heads(self, topics: list[str] | None = None) -> None:
-        wanted = topics if topics is not None else [self.survey.topic or "", *sorted(self.asked - {""})]
-        for topic in wanted:
-            self.asked.add(topic)
-            self.xpub.send_multipart(proto.encode(proto.GetHeadsMsg(topic, self.address)))
-
-    # -- events -------------------------------------------------------------
-
-    def on_beacon(self) -> None:
-        for event in Beacon.read_events(self.data.beacon.events):
-            if event.kind == CONNECT:
-                self.survey.peers[event.endpoint] = event.sender
-                if event.endpoint in self.subs:
-                    continue
-                sock = self.ctx.socket(zmq.SUB)
-                sock.linger = 0
-                for msg_id in (proto.DIRECT_HEAD, proto.STORE_HELLO):
-                    sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(msg_id, self.address, exact=True))
-                topic = self.survey.topic
-                sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.HEAD, topic or "", exact=topic is not None))
-                if self.groups:
-                    sock.setsockopt(zmq.SUBSCRIBE, proto.GROUP_MEMBER)
-                if not connect(sock, event.endpoint):
-                    sock.close(0)
-                    continue
-                self.subs[event.endpoint] = sock
-                self.poller.register(sock, zmq.POLLIN)
-            else:
-                self.survey.peers.pop(event.endpoint, None)
-                sock = self.subs.pop(event.endpoint, None)
-                if sock is not None:
-                    self.poller.unregister(sock)
-                    sock.close(0)
-
-    def on_subscriptions(self) -> None:
-        ask = False
-        for sub in read_subscriptions(self.xpub):
-            if sub is None or not sub.subscribe:
-                continue
-            survey, topic = self.survey, sub.topic
-            if sub.msg_id == proto.GET_HEADS:
-                ask = True
-            elif sub.msg_id == proto.CONSUMER_HELLO and topic:
-                survey.note_role(topic, "store-reader")
-            elif sub.msg_id in (proto.ACK, proto.FETCH) and topic:
-                survey.note_role(topic, "producer")
-            elif sub.msg_id == proto.STORE_HELLO and topic:
-                # (DIRECT-HEAD tells nothing: a dafka-py store writer subscribes to it too, rfc 7.1)
-                survey.note_role(topic, "consumer")
-            elif sub.msg_id == proto.DIRECT_RECORD and topic:
-                survey.note_role(topic, "direct")
-        if ask:
-            self.get_heads()
-
-    def on_peer(self, sock: zmq.Socket) -> None:
-        endpoint = next((e for e, s in self.subs.items() if s is sock), None)
-        sender = self.survey.peers.get(endpoint, "?")
-        survey = self.survey
-        new_topics = []
-        hello = False
-        for _ in range(10_000):
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            try:
-                msg = proto.decode(frames)
-            except proto.MalformedMessage:
-                continue
-            kind = type(msg)
-            if kind is proto.DirectHeadMsg and msg.topic == self.address and survey.wants(msg.subject):
-                heads = survey.store_heads.setdefault((msg.subject, msg.address), {})
-                heads[sender] = max(heads.get(sender, -1), msg.sequence)
-                survey.note_role(sender, "store-reader")
-            elif kind is proto.HeadMsg and survey.wants(msg.subject):
-                key = (msg.subject, msg.address)
-                survey.producer_heads[key] = max(survey.producer_heads.get(key, -1), msg.sequence)
-                survey.note_role(msg.address, "producer")
-                if msg.subject not in self.asked:
-                    new_topics.append(msg.subject)
-            elif kind is proto.GroupMemberMsg:
-                members = survey.groups.setdefault(msg.topic, {})
-                if msg.leaving:
-                    members.pop(msg.address, None)
-                else:
-                    members[msg.address] = msg
-                survey.note_role(msg.address, "consumer")
-            elif kind is proto.StoreHelloMsg and msg.topic == self.address:
-                survey.note_role(msg.address, "store-reader")
-                hello = True
-        if hello:
-            self.get_heads()
-        elif new_topics:
-            self.get_heads(sorted(set(new_topics)))
 
 
 @click.command("status", context_settings=CONTEXT_SETTINGS)
