@@ -312,6 +312,12 @@ class Consumer:
         return {key: max(0, p.head - p.next + 1) for key, p in list(self._state.partitions.items())
                 if key[0] not in sinks}
 
+    def heads(self) -> dict[tuple[str, str], int]:
+        """(topic, partition) -> the highest offset known to exist (from HEADs,
+        the stores' answers and the records themselves)."""
+        sinks = self._state.sinks
+        return {key: p.head for key, p in list(self._state.partitions.items()) if key[0] not in sinks}
+
     def close(self) -> None:
         with self._lock:
             if self._closed:

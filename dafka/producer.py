@@ -91,7 +91,10 @@ class Producer:
     (rfc/dafka.md section 15).  The constructor waits for that, up to
     ``producer/resume_timeout``, and raises :class:`~dafka.ResumeError` when
     too few stores answer, or :class:`~dafka.PartitionClaimed` when another
-    live process beacons the same address.
+    live process beacons the same address.  ``on_resume(head)``, if given, is
+    called with the head before the producer claims the partition (beacons
+    its address): an exception it raises ends the constructor, and nothing
+    was claimed (a mirror uses it to leave a partition that is not its own).
     """
 
     def __init__(
@@ -103,6 +106,7 @@ class Producer:
         value_serializer: Callable[[Any], bytes] | None = None,
         ctx: zmq.Context | None = None,
         resume: bool = False,
+        on_resume: Callable[[int], None] | None = None,
     ) -> None:
         if resume and not address:
             raise ValueError("resume=True continues a partition: give its address= (dafka.partition_address(name))")
@@ -130,6 +134,7 @@ class Producer:
         self._callbacks: deque[tuple[int, Callable[[RecordMetadata | None, Exception | None], None]]] = deque()
         self._closed = False
         self._resumable = resume
+        self._on_resume = on_resume
         self._resume: ResumeState | None = None  # while the constructor learns the partition's head
         self._fenced: PartitionClaimed | None = None  # another live process writes this partition
         # Called from the loop thread, without the lock, whenever ACKs release records (dafka.aio).
@@ -244,9 +249,12 @@ class Producer:
                 self._pub.send(state.head_frame())
         return SendHandle(self, seq)
 
-    def send_many(self, values: list[Any], *, timeout: float | None = None) -> int:
+    def send_many(self, values: list[Any], *, timeout: float | None = None, offset: int | None = None) -> int:
         """Publish several records at once, in order; thread-safe.  Returns
-        the offset of the first (the others follow it, consecutively).
+        the offset of the first (the others follow it, consecutively).  With
+        ``offset``, the first record must get exactly that offset: a mirror
+        copies record *k* of a partition as record *k*, and anything else
+        raises :class:`ValueError` before any record is sent.
 
         For a caller that already holds a burst (a CDC connector draining its
         replication stream): the records go out in as few RECORDS messages as
@@ -268,6 +276,9 @@ class Producer:
             if self._closed or self._fenced is not None:
                 raise self._fenced or Closed("producer is closed")
             state = self._state
+            if offset is not None and offset != state.next_seq:
+                raise ValueError(f"partition {self.address} of topic {self.topic!r} is at offset {state.next_seq}, "
+                                 f"not {offset}: nothing was sent")
             audience = state.audience
             pub = self._pub
             first_seq = -1
@@ -448,6 +459,8 @@ class Producer:
                 self._poll_subscriptions()
         finally:
             self._resume = None
+        if self._on_resume is not None:
+            self._on_resume(head)
         self._state.resume_after(head)
         self._loop.remove_reader(beacon.events)
         self._loop.add_reader(self._data.rebeacon(self.address).events, self._on_beacon)
