@@ -3,7 +3,7 @@
 ``dafka tower``, ``dafka store``, ``dafka produce`` and ``dafka consume`` are
 the same commands as ``dafka_towerd``, ``dafka_stored``,
 ``dafka_console_producer`` and ``dafka_console_consumer``; ``dafka status``,
-``dafka demo`` and ``dafka keygen`` exist only here.
+``dafka demo``, ``dafka keygen``, ``dafka cdc`` and ``dafka mirror`` exist only here.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from dafka.cdc.cli import cdc
+from dafka.mirror.cli import mirror
 from dafka.towerd.main import main as tower
 
 from .common import CONTEXT_SETTINGS
@@ -52,3 +53,4 @@ main.add_command(status, "status")
 main.add_command(demo)
 main.add_command(keygen)
 main.add_command(cdc)
+main.add_command(mirror)

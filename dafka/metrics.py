@@ -66,6 +66,16 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dafka_cdc_lag_bytes": ("gauge", "WAL bytes between the server's end and the slot's confirmed LSN", ()),
     "dafka_cdc_malformed": ("counter", "replication messages a CDC connector could not capture", ()),
     "dafka_cdc_reconnects": ("counter", "times a CDC connector reconnected to its database", ()),
+    "dafka_mirror_records": ("counter", "records a mirror copied, acked by producer/min_acks target stores", ()),
+    "dafka_mirror_bytes": ("counter", "record content bytes a mirror published into the target", ()),
+    "dafka_mirror_lag_records": ("gauge", "records the source holds that the target has not acked yet",
+                                 ("topic", "partition")),
+    "dafka_mirror_lag_seconds": ("gauge", "how long ago the mirror learnt of the oldest record not copied yet",
+                                 ("topic", "partition")),
+    "dafka_mirror_partitions": ("gauge", "source partitions the mirror met, by state (copying, looped, ...)",
+                                ("state",)),
+    "dafka_mirror_conflicts": ("counter", "partitions a mirror found written by another writer (not copied)", ()),
+    "dafka_mirror_gaps": ("counter", "partitions a mirror stopped: the source lost records it needed", ()),
     "dafka_unlabelled_partitions": ("gauge", "partitions left out of a per-partition metric by the cap", ("metric",)),
 }
 
@@ -239,5 +249,23 @@ def _cdc(capture: Any, families: _Families, cap: int) -> None:
         _producer(producer, families, cap)
 
 
+def _mirror(mirror: Any, families: _Families, cap: int) -> None:
+    state = mirror.state
+    base = {"role": "mirror", "peer": mirror.name}
+    families.add("dafka_mirror_records", base, state.copied)
+    families.add("dafka_mirror_bytes", base, mirror.stats.bytes)
+    families.add("dafka_mirror_conflicts", base, state.conflicts)
+    families.add("dafka_mirror_gaps", base, state.gaps)
+    for phase, count in state.phases().items():
+        families.add("dafka_mirror_partitions", {**base, "state": phase}, count)
+    rows = [r for r in mirror.partitions() if r["phase"] == "copying"]
+    _capped(families, "dafka_mirror_lag_records", base, [(r["topic"], r["partition"], r["lag"]) for r in rows], cap)
+    _capped(families, "dafka_mirror_lag_seconds", base,
+            [(r["topic"], r["partition"], r["lag_seconds"]) for r in rows], cap)
+    if mirror.consumer is not None:
+        _consumer(mirror.consumer, families, cap)
+
+
 _READERS = {"Producer": _producer, "Consumer": _consumer, "Store": _store, "Tower": _tower,
-            "PostgresCapture": _cdc, "MysqlCapture": _cdc}
+            "PostgresCapture": _cdc, "MysqlCapture": _cdc,
+            "Mirror": _mirror}
