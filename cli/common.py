@@ -47,11 +47,11 @@ def parse_sets(ctx: click.Context, param: click.Parameter, values: Iterable[str]
         try:
             pairs.append(parse_override(text))
         except ConfigError as exc:
-            raise click.BadParameter(_config_reason(exc), ctx=ctx, param=param) from None
+            raise click.BadParameter(config_reason(exc), ctx=ctx, param=param) from None
     return pairs
 
 
-def _config_reason(exc: ConfigError) -> str:
+def config_reason(exc: ConfigError) -> str:
     """``str(exc)`` without the 'command line' pseudo-file."""
     if exc.file == "command line":
         parts = [p for p in (exc.key, exc.reason) if p]
@@ -112,7 +112,7 @@ def load_config(
         try:
             config = config.with_overrides(dict(sets), source="-X/--set")
         except ConfigError as exc:
-            raise click.BadParameter(_config_reason(exc), param_hint="'-X' / '--set'") from None
+            raise click.BadParameter(config_reason(exc), param_hint="'-X' / '--set'") from None
     for key, (flag, value) in flags.items():
         if value is None:
             continue

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 
 import click
 
+from dafka.mirror.provenance import read_site
 from dafka.survey import StatusPeer, Survey
 
 from .common import (
@@ -65,6 +67,8 @@ def status(topic: str | None, wait_ms: int, as_json: bool, groups: bool, config_
     setup_logging(verbose)
     tower = config["beacon/pub_address"]
     peer = StatusPeer(config, topic, groups)
+    mirrored: dict = {}
+    reader = None
     try:
         peer.start()
         deadline = time.monotonic() + tower_timeout_ms / 1000.0
@@ -73,7 +77,13 @@ def status(topic: str | None, wait_ms: int, as_json: bool, groups: bool, config_
                 say(f"no tower answers at {tower} (after {tower_timeout_ms} ms)")
                 sys.exit(EXIT_FAILURE)
             peer.run(0.02)
+        if not groups:  # which partitions a mirror copied in, read meanwhile from the site's provenance topic
+            reader = threading.Thread(target=lambda: mirrored.update(read_site(config, wait_ms / 1000.0)),
+                                      name="dafka-status-provenance", daemon=True)
+            reader.start()
         peer.run(wait_ms / 1000.0)
+        if reader is not None:
+            reader.join(5)
     except KeyboardInterrupt:
         sys.exit(130)
     finally:
@@ -82,12 +92,16 @@ def status(topic: str | None, wait_ms: int, as_json: bool, groups: bool, config_
     if groups:
         _print_groups(survey, as_json, topic)
         return
+    partitions = survey.partition_rows()
+    for row in partitions:
+        provenance = mirrored.get((row["topic"], row["partition"]))
+        row["mirrored_from"] = provenance.source if provenance else None
     if as_json:
         click.echo(json.dumps({
             "tower": tower,
             "address": survey.address,
             "peers": survey.peer_rows(),
-            "partitions": survey.partition_rows(),
+            "partitions": partitions,
         }, indent=2))
         return
     peers = survey.peer_rows()
@@ -99,7 +113,6 @@ def status(topic: str | None, wait_ms: int, as_json: bool, groups: bool, config_
             click.echo("  (? = did not connect within --wait-ms: probably gone; the tower "
                        "forgets a peer beacon/timeout after its last beacon)")
     click.echo()
-    partitions = survey.partition_rows()
     if not partitions:
         click.echo("no partitions" + (f" of topic {topic}" if topic else "") + " known to the stores or live producers")
         return
@@ -107,9 +120,9 @@ def status(topic: str | None, wait_ms: int, as_json: bool, groups: bool, config_
     def cell(value: int | None) -> str:
         return "-" if value is None else str(value)
 
-    rows = [[p["topic"], p["partition"], cell(p["store_head"]), cell(p["producer_head"]), str(len(p["stores"]))]
-            for p in partitions]
-    for line in table(["TOPIC", "PARTITION", "STORE HEAD", "PRODUCER HEAD", "STORES"], rows):
+    rows = [[p["topic"], p["partition"], cell(p["store_head"]), cell(p["producer_head"]), str(len(p["stores"])),
+             p["mirrored_from"] or "-"] for p in partitions]
+    for line in table(["TOPIC", "PARTITION", "STORE HEAD", "PRODUCER HEAD", "STORES", "MIRRORED FROM"], rows):
         click.echo(line)
 
 

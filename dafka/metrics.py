@@ -111,11 +111,12 @@ class PeerCollector(Collector):
     def add(self, *peers: Any) -> None:
         with self._lock:
             for peer in peers:
-                peer = getattr(peer, "_consumer", None) or getattr(peer, "_producer", None) or peer  # dafka.aio
+                if type(peer).__name__ not in _READERS:  # a dafka.aio wrapper: its peer
+                    peer = getattr(peer, "_consumer", None) or getattr(peer, "_producer", None) or peer
                 kind = type(peer).__name__
                 if kind not in _READERS:
                     raise TypeError(f"no metrics for {type(peer).__name__}: register a Producer, Consumer, Store, "
-                                    "Tower or their dafka.aio wrappers")
+                                    "Tower, their dafka.aio wrappers, a CDC connector or a Mirror")
                 self._peers.append(peer)
 
     def remove(self, peer: Any) -> None:

@@ -9,9 +9,11 @@ from typing import Any
 
 import click
 
+from dafka.config import ConfigError
 from dafka.cli.common import (
     CONTEXT_SETTINGS,
     EXIT_FAILURE,
+    config_reason,
     parse_sets,
     load_config,
     say,
@@ -113,8 +115,17 @@ def mirror(topics: tuple[str, ...], prefixes: tuple[str, ...], every: bool, name
                  "beacon/sub_address": (f"--{side}-sub", sides[f"{side}_sub"])}
         if side == "target":
             flags["producer/min_acks"] = ("--min-acks", min_acks)
-        configs[side] = load_config(sides[f"{side}_config"], [*sets, *sides[f"{side}_sets"]], flags,
-                                    verbose_keys=("beacon/verbose",), verbose=verbose)
+        config = load_config(sides[f"{side}_config"], sets, flags, verbose_keys=("beacon/verbose",), verbose=verbose)
+        own = sides[f"{side}_sets"]
+        if own:
+            flag = f"'-{side[0].upper()}' / '--{side}-set'"
+            try:
+                # (after -X, then the dedicated flags again: they win, as with the other tools)
+                config = config.with_overrides(dict(own), source=flag).with_overrides(
+                    {k: v for k, (_, v) in flags.items() if v is not None}, source="flags")
+            except ConfigError as exc:
+                raise click.BadParameter(config_reason(exc), param_hint=flag) from None
+        configs[side] = config
     setup_logging(verbose)
     stop = stop_event_on_signals()
     collector = serve_metrics(metrics_port, metrics_address)

@@ -13,15 +13,19 @@ A site's provenance topic is never mirrored: it describes that site alone.
 from __future__ import annotations
 
 import json
+import logging
+import time
 from dataclasses import dataclass
 
-from dafka.peer import partition_address
+from dafka.peer import ConfigLike, as_config, partition_address
 
 from .state import PROVENANCE_TOPIC
 
 VERSION = 1
 
-__all__ = ["PROVENANCE_TOPIC", "Provenance", "MalformedProvenance", "mirror_address"]
+__all__ = ["PROVENANCE_TOPIC", "Provenance", "MalformedProvenance", "mirror_address", "read_site"]
+
+log = logging.getLogger(__name__)
 
 
 class MalformedProvenance(ValueError):
@@ -57,3 +61,23 @@ class Provenance:
 def mirror_address(name: str) -> str:
     """The address of mirror ``name``'s partition of the provenance topic."""
     return partition_address(f"dafka-mirror:{name}")
+
+
+def read_site(config: ConfigLike, seconds: float) -> dict[tuple[str, str], Provenance]:
+    """(topic, partition) -> provenance of every partition a mirror copied
+    into the site of ``config``, as its stores give them within ``seconds``."""
+    from dafka.consumer import Consumer
+
+    config = as_config(config).with_overrides({"consumer/offset/reset": "earliest"}, source="provenance")
+    out: dict[tuple[str, str], Provenance] = {}
+    deadline = time.monotonic() + seconds
+    with Consumer(PROVENANCE_TOPIC, config=config) as reader:
+        while (left := deadline - time.monotonic()) > 0:
+            for record in reader.consume(1000, timeout=min(left, 0.1)):
+                try:
+                    provenance = Provenance.decode(record.value)
+                except MalformedProvenance as exc:
+                    log.warning("a malformed provenance record at %s/%d: %s", record.partition, record.offset, exc)
+                    continue
+                out[(provenance.topic, provenance.partition)] = provenance
+    return out

@@ -49,7 +49,7 @@ def test_status_shows_live_peers_and_heads(processes, tmp_path):
     assert all(p["endpoint"].startswith("tcp://127.0.0.1:") for p in doc["peers"]), doc["peers"]
     row = next(r for r in doc["partitions"] if r["topic"] == "stat")
     assert row == {"topic": "stat", "partition": partition, "store_head": N - 1, "producer_head": N - 1,
-                   "stores": {reader: N - 1}}
+                   "stores": {reader: N - 1}, "mirrored_from": None}
 
     table = cluster.run("dafka", "status")
     assert table.wait(10) == 0, table.err.text
@@ -59,8 +59,8 @@ def test_status_shows_live_peers_and_heads(processes, tmp_path):
     assert re.fullmatch(rf"tower {re.escape(cluster.pub_address)}: (\d+) live peers", lines[0]), table.out.text
     assert int(lines[0].split()[2]) >= 3
     assert any(line.split() == ["producer", partition, line.split()[-1]] for line in lines)
-    assert ["TOPIC", "PARTITION", "STORE", "HEAD", "PRODUCER", "HEAD", "STORES"] in [line.split() for line in lines]
-    assert ["stat", partition, str(N - 1), str(N - 1), "1"] in [line.split() for line in lines], table.out.text
+    assert ["TOPIC", "PARTITION", "STORE", "HEAD", "PRODUCER", "HEAD", "STORES", "MIRRORED", "FROM"] in [line.split() for line in lines]
+    assert ["stat", partition, str(N - 1), str(N - 1), "1", "-"] in [line.split() for line in lines], table.out.text
 
     other = status_json(cluster, "--topic", "other")
     assert other["partitions"] == []
