@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -140,6 +141,17 @@ class ImpairedLink:
             return self.relay_out.read_text().startswith("ready")
 
         wait_for(ready, timeout, interval=0.02, what="tun_relay ready")
+
+    def cut(self) -> None:
+        """A network partition: nothing crosses the link until :meth:`heal`."""
+        self._signal(signal.SIGUSR1, True)
+
+    def heal(self) -> None:
+        self._signal(signal.SIGUSR2, False)
+
+    def _signal(self, sig: int, cut: bool) -> None:
+        self.relay.send_signal(sig)
+        wait_for(lambda: self.stats().get("cut") is cut, 5, interval=0.02, what=f"the link {'cut' if cut else 'healed'}")
 
     def processes_in(self, host: str) -> NamespaceProcesses:
         return NamespaceProcesses(self.processes, self.netns[host])

@@ -14,7 +14,9 @@ with probability ``--loss``; otherwise it is sent once more with probability
 ``--duplicate``.  Every copy is held for ``delay ± jitter`` (uniform, drawn per
 copy), so packets may overtake each other, as with netem's jitter: the link
 reorders.  Packets that are not IPv4 (the kernel's IPv6 link-local chatter)
-or that go to no known host are counted and discarded.
+or that go to no known host are counted and discarded.  SIGUSR1 cuts the link
+(a network partition: every packet is dropped, and counted so) until SIGUSR2
+heals it.
 
 ``--stats`` is rewritten a few times a second (``roles.StatsFile``): per
 direction (``"a>b"``) the packets ``received``, ``dropped``, ``duplicated``,
@@ -124,10 +126,11 @@ class Relay:
         self.directions: dict[str, dict[str, int]] = {}
         self.ignored = 0
         self.write_errors = 0
+        self.cut = False  # a network partition: every packet dropped (SIGUSR1 cuts, SIGUSR2 heals)
 
     def stats(self) -> dict:
         return {"directions": {k: dict(v) for k, v in self.directions.items()}, "ignored": self.ignored,
-                "write_errors": self.write_errors, "queued": len(self.queue)}
+                "write_errors": self.write_errors, "queued": len(self.queue), "cut": self.cut}
 
     def _count(self, source: Host, destination: Host, what: str, n: int = 1) -> None:
         counts = self.directions.setdefault(direction(source, destination), dict.fromkeys(
@@ -141,7 +144,7 @@ class Relay:
             return
         self._count(source, destination, "received")
         self.sequence += 1
-        if self.rng.random() < self.loss:
+        if self.cut or self.rng.random() < self.loss:
             self._count(source, destination, "dropped")
             return
         copies = 1
@@ -215,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     hosts = [Host(name, open_tun(netns, tun), socket.inet_aton(address))
              for name, netns, tun, address in args.host]
     relay = Relay(hosts, args.loss, args.duplicate, args.delay_ms / 1000, args.jitter_ms / 1000, args.seed)
+    signal.signal(signal.SIGUSR1, lambda *_: setattr(relay, "cut", True))
+    signal.signal(signal.SIGUSR2, lambda *_: setattr(relay, "cut", False))
     print("ready", flush=True)
     relay.run(stop, StatsFile(args.stats))
     return 0
