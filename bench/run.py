@@ -46,12 +46,15 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+ADDRESS = ["127.0.0.1"]  # the roles' beacon/address (--address: a host of the impaired link)
+
+
 def config(sub: str, pub: str, **extra: object):
     from dafka.config import Config
 
     values: dict[str, object] = {
-        "beacon/address": "127.0.0.1",
-        "beacon/bind_address": "127.0.0.1",
+        "beacon/address": ADDRESS[0],
+        "beacon/bind_address": ADDRESS[0],
         "beacon/sub_address": sub,
         "beacon/pub_address": pub,
     }
@@ -234,7 +237,8 @@ def role_consumer(a: argparse.Namespace) -> None:
             count += len(batch)
             if stamp:
                 now = time.monotonic_ns()
-                latencies.extend(now - int.from_bytes(r.value[:8], "big") for r in batch if r.offset % STAMP_EVERY == 0)
+                latencies.extend(now - int.from_bytes(r.value[:8], "big") for r in batch
+                                 if r.offset % STAMP_EVERY == 0 and r.offset >= a.latency_from)
     emit_consumer_result(count, started, time.perf_counter(), first_at - created, latencies, cpu)
     consumer.close()
 
@@ -757,6 +761,17 @@ def scenario_cdc(records: int, bootstrap_rows: int, latency_seconds: float) -> d
     return result
 
 
+def scenario_mirror(a: argparse.Namespace) -> dict:
+    """bench/mirror_bench.py with this file's roles."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import mirror_bench
+
+    sizes = [int(s) for s in a.sizes.split(",")]
+    return mirror_bench.run_all(sys.modules[__name__], a.mirror_records, sizes, a.mirror_catchup_records,
+                                a.mirror_lag_seconds)
+
+
 def free_port() -> int:
     import socket
 
@@ -983,8 +998,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--skip", default="",
-                    help="comma-separated scenarios to skip (store, bulk, partitions, groups, idle, hold, spark, cdc)")
-    ap.add_argument("--only", choices=("cdc",), help="run only this scenario (the ceiling is not measured)")
+                    help="comma-separated scenarios to skip (store, bulk, partitions, groups, idle, hold, spark, cdc, "
+                         "mirror)")
+    ap.add_argument("--only", choices=("cdc", "mirror"), help="run only this scenario (the ceiling is not measured)")
+    ap.add_argument("--mirror-records", type=int, default=300_000, help="records of each mirror throughput run")
+    ap.add_argument("--mirror-catchup-records", type=int, default=1_000_000,
+                    help="records the mirror catches up on after a stop (0: no catch-up run)")
+    ap.add_argument("--mirror-lag-seconds", type=float, default=10.0,
+                    help="how long the mirror lag run over the impaired link sends 10,000 records/s (0: not run)")
     ap.add_argument("--cdc-records", type=int, default=100_000, help="row changes per sustained CDC run")
     ap.add_argument("--bootstrap-rows", type=int, default=1_000_000, help="rows of the CDC bootstrap run")
     ap.add_argument("--cdc-latency-seconds", type=float, default=10.0,
@@ -996,6 +1017,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--endpoint")
     ap.add_argument("--db")
     ap.add_argument("--reset", default="earliest")
+    ap.add_argument("--address", default="127.0.0.1", help="the roles' beacon/address and bind address")
+    ap.add_argument("--latency-from", type=int, default=0, help="consumer role: sample latency from this offset on")
     ap.add_argument("--topic", default=TOPIC)
     ap.add_argument("--bulk", type=int, choices=(0, 1), default=1, help="consumer/bulk of the consumer role")
     ap.add_argument("--api", choices=("consume", "poll", "async"), default="consume",
@@ -1012,12 +1035,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group-members", default="1,2,4", help="member counts of the consumer group scenario")
     a = ap.parse_args(argv)
     if a.role:
+        ADDRESS[0] = a.address
         ROLES[a.role](a)
         return 0
 
     skip = set(filter(None, a.skip.split(",")))
-    if a.only == "cdc":
-        results = {"cdc": scenario_cdc(a.cdc_records, a.bootstrap_rows, a.cdc_latency_seconds)}
+    if a.only:
+        only = {"cdc": lambda: scenario_cdc(a.cdc_records, a.bootstrap_rows, a.cdc_latency_seconds),
+                "mirror": lambda: scenario_mirror(a)}
+        results = {a.only: only[a.only]()}
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=2))
         return 0
@@ -1076,6 +1102,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"consumer start to first record, live producer: {results['first_record_live']['first_record_ms']:.1f} ms")
     if "cdc" not in skip:
         results["cdc"] = scenario_cdc(a.cdc_records, a.bootstrap_rows, a.cdc_latency_seconds)
+    if "mirror" not in skip and "store" not in skip and store_available():
+        results["mirror"] = scenario_mirror(a)
     if "hold" not in skip:
         results["hold"] = scenario_hold_unacked(a.hold_records)
         h = results["hold"]

@@ -317,3 +317,15 @@ def test_zmq_context_is_left_clean_after_a_failed_resume(tower):
             Producer("orders", loopback_config(tower, producer__resume_timeout=300), address=ME, resume=True, ctx=ctx)
     finally:
         ctx.term()  # hangs if the failed producer left a socket open
+
+
+def test_send_many_with_an_offset_sends_only_at_that_offset(tower, store):
+    with Producer("orders", loopback_config(tower), address=ME, resume=True) as p:
+        assert p.send_many([b"a", b"b"], offset=0) == 0
+        with pytest.raises(ValueError, match="at offset 2, not 5: nothing was sent"):
+            p.send_many([b"c"], offset=5)
+        with pytest.raises(ValueError, match="not 1"):
+            p.send_many([b"c"], offset=1)
+        assert p.send_many([b"c"], offset=2) == 2
+        p.flush(10)
+        assert p.stats()["sent"] == 3

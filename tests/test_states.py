@@ -110,6 +110,31 @@ def test_a_full_buffer_refuses_by_bytes_too():
     assert state.publish(b"12345") == 1 and state.next_seq == 2
 
 
+def test_publish_many_takes_a_burst_whole_or_not_at_all():
+    state = ProducerState(P, "t", max_unacked=5, max_unacked_bytes=100)
+    assert state.publish_many([b"a", b"b", b"c"], 3) == 0
+    assert state.publish_many([b"d", b"e", b"f"], 3) == -1, "no room for all three: nothing taken"
+    assert (state.next_seq, len(state.buffer), state.buffered_bytes) == (3, 3, 3)
+    state.on_ack("s", ack(2))
+    assert state.publish_many([b"d", b"e", b"f"], 3) == 3 and list(state.buffer) == [b"d", b"e", b"f"]
+    # The same frames as record by record.
+    one = ProducerState(P, "t")
+    for value in (b"a", b"b", b"c", b"d", b"e", b"f"):
+        one.publish(value)
+    assert state.record_frame(5) == one.record_frame(5) and state.head_frame() == one.head_frame()
+
+
+def test_publish_many_joins_the_live_batch_and_keeps_the_ring_with_no_acks():
+    state = ProducerState(P, "t", min_acks=0, max_unacked=4)
+    state.audience.batches = 1
+    assert state.publish_many([b"%d" % i for i in range(6)], 6) == 0
+    assert state.released == 5 and state.base == 2 and list(state.buffer) == [b"2", b"3", b"4", b"5"]
+    assert state.batch_first == 0 and len(state.batch) == 6 and state.batch_due
+    frames = state.take_batch()
+    msg = proto.decode(frames)
+    assert (msg.sequence, msg.count) == (0, 6)
+
+
 # -- consumer ---------------------------------------------------------------
 
 

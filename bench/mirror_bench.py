@@ -1,0 +1,225 @@
+"""The mirror scenario of bench/run.py: `dafka mirror` between two sites.
+
+* **Throughput** (per record size): site A's producer -> store, acked (the
+  reference rate, measured in the same run); then a mirror copies those
+  records into site B: its rate from its first copied record to the last,
+  counted by its ``dafka_mirror_records_total`` (acked by B's store),
+  sampled every 20 ms, with its CPU per record and peak RSS; then a new
+  producer (a new partition) while the mirror runs: the rate, and how long
+  after the producer's last ack the last record is copied (four busy
+  processes; it includes the new partition's resume probe, 1.5 x
+  ``beacon/interval``, during which its records wait in site A's store).
+* **Catch-up**: the mirror is stopped while A's producer writes R records
+  (a link partition, or a mirror down for hours), then started again: its
+  start-up, then records/s from the first record copied to the last.
+* **Lag over the impaired link** (root only: network namespaces): site A on
+  one host, site B and the mirror on the other, joined by tests/faults'
+  userspace link with 20 ± 5 ms of delay each way; a producer on A paced at
+  10,000 records/s stamps every 16th record, a consumer on B takes the
+  difference when it arrives (p50, p99, after the first 2 s, which include
+  the mirror's first meeting with the partition).
+
+Run alone: ``python3 bench/run.py --only mirror`` (see run.py's --help).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from types import ModuleType
+
+HERE = Path(__file__).resolve().parent
+_RECORDS = re.compile(r"^dafka_mirror_records_total\{[^}]*\} ([0-9.e+]+)$", re.M)
+
+
+def _dafka() -> str:
+    path = shutil.which("dafka", path=os.path.dirname(sys.executable)) or shutil.which("dafka")
+    if path is None:
+        raise RuntimeError("the dafka command is not installed: pip install .")
+    return path
+
+
+class MirrorProcess:
+    """`dafka mirror` from site ``a`` to site ``b`` (run.py Clusters), with its metrics."""
+
+    def __init__(self, run: ModuleType, a, b, topic: str, name: str, *extra: str) -> None:
+        self.port = run.free_port()
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [_dafka(), "mirror", "--source-pub", a.tower.pub_endpoint, "--source-sub", a.tower.sub_endpoint,
+             "--target-pub", b.tower.pub_endpoint, "--target-sub", b.tower.sub_endpoint, "--topic", topic,
+             "--name", name, "-X", "beacon/address=127.0.0.1", "-X", "beacon/bind_address=127.0.0.1",
+             "--metrics-port", str(self.port), *extra], stderr=subprocess.PIPE, text=True)
+        self.cpu = run.proc_cpu_seconds
+        self.rss = run.RssSampler(self.proc.pid)
+
+    def records(self) -> int:
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2).read().decode()
+        except OSError:
+            return -1  # not serving yet
+        match = _RECORDS.search(text)
+        return int(float(match[1])) if match else -1
+
+    def wait_copied(self, count: int, since: int = 0, timeout: float = 600) -> dict:
+        """Sample the copied count every 20 ms until it reaches ``count``: when
+        the first record after ``since`` was copied, when the last, and the
+        CPU in between."""
+        deadline = time.monotonic() + timeout
+        first_at = first_count = cpu_first = None
+        while True:
+            now = time.perf_counter()
+            copied = self.records()
+            if copied > since and first_at is None:
+                first_at, first_count, cpu_first = now, copied, self.cpu(self.proc.pid)
+            if copied >= count:
+                cpu = self.cpu(self.proc.pid) - cpu_first
+                return {"first_at": first_at, "last_at": now, "rate": (count - first_count) / max(now - first_at, 1e-9),
+                        "cpu_us": cpu / max(count - first_count, 1) * 1e6, "records": count}
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"the mirror copied {copied} of {count} records: "
+                                   f"{self.proc.stderr.read() if self.proc.poll() is not None else 'timed out'}")
+            time.sleep(0.02)
+
+    def stop(self) -> float:
+        """SIGTERM, and its peak RSS in MiB."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+        self.rss.stop()
+        return self.rss.peak
+
+
+def throughput(run: ModuleType, records: int, size: int, catchup_records: int) -> dict:
+    a, b = run.Cluster(), run.Cluster()
+    dbs = [tempfile.mkdtemp(prefix="dafka-bench-mirror-") for _ in range(2)]
+    topic, name = f"mirrored-{size}", f"bench-{size}"
+    try:
+        stores = [a.store(dbs[0]), b.store(dbs[1])]
+        time.sleep(1.0)
+        common = ["--records", str(records), "--size", str(size), "--min-acks", "1", "--topic", topic]
+        base = run.result_of(a.spawn("producer", *common))
+        out = {"size": size, "records": records, "ack_rate": records / base["ack_seconds"],
+               "ack_cpu_us": base.get("cpu_us")}
+        # What the mirror moves when it has work: the records site A holds, copied into site B.
+        mirror = MirrorProcess(run, a, b, topic, name)
+        copied = mirror.wait_copied(records)
+        out.update(mirror_rate=copied["rate"], mirror_cpu_us=copied["cpu_us"])
+        # Live: the same producer again, the mirror copying as it sends.
+        producer = a.spawn("producer", *common)
+        copied = mirror.wait_copied(2 * records, since=records)
+        p = run.result_of(producer)
+        out.update(live_rate=copied["rate"], live_cpu_us=copied["cpu_us"], live_ack_rate=records / p["ack_seconds"],
+                   live_done_s=copied["last_at"] - p["send_started"] - p["ack_seconds"])
+        out["mirror_rss_mib"] = mirror.stop()
+        if catchup_records:  # stopped (or cut off) while the producer wrote, then back
+            r = run.result_of(a.spawn("producer", "--records", str(catchup_records), "--size", str(size),
+                                      "--min-acks", "1", "--topic", topic))
+            assert r["sent"] == catchup_records
+            mirror = MirrorProcess(run, a, b, topic, name)
+            copied = mirror.wait_copied(catchup_records)
+            out.update(catchup_records=catchup_records, catchup_rate=copied["rate"], catchup_cpu_us=copied["cpu_us"],
+                       catchup_start_s=copied["first_at"] - mirror.started)
+            out["catchup_rss_mib"] = mirror.stop()
+        for store, cluster in zip(stores, (a, b)):
+            cluster.stop_store(store)
+        return out
+    finally:
+        a.close()
+        b.close()
+        for db in dbs:
+            shutil.rmtree(db, ignore_errors=True)
+
+
+def lag_over_link(run: ModuleType, rate: int, seconds: float) -> dict:
+    """Producer on host a, mirror and consumer on host b, 20 ± 5 ms of delay each way."""
+    sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent / "tests" / "faults")]
+    from helpers import Processes
+    from impaired_link import ImpairedLink, missing_capability
+
+    reason = missing_capability()
+    if reason is not None:
+        return {"skipped": reason}
+    records = int(rate * seconds)
+    processes = Processes()
+    work = Path(tempfile.mkdtemp(prefix="dafka-bench-link-"))
+    try:
+        with ImpairedLink(processes, work / "link", ("a", "b"), loss=0.0, duplicate=0.0, delay_ms=20,
+                          jitter_ms=5, seed=1) as link:
+            round_trip = link.round_trip("a", "b")
+            ip = link.address
+            tower = {h: (f"tcp://{ip[h]}:5556", f"tcp://{ip[h]}:5557") for h in ip}
+            host = {h: link.processes_in(h) for h in ip}
+
+            def role(h: str, name: str, *args: str, **kwargs) -> subprocess.Popen:
+                return host[h].start([sys.executable, str(HERE / "run.py"), "--role", name, "--sub", tower[h][0],
+                                      "--pub", tower[h][1], "--address", ip[h], *args], **kwargs)
+
+            for h in ip:
+                host[h].start([_dafka(), "tower", "--sub", tower[h][0], "--pub", tower[h][1]])
+            for h in ip:
+                store = role(h, "store", "--db", str(work / f"store-{h}"), stdout=subprocess.PIPE,
+                             stdin=subprocess.PIPE, text=True)
+                store.stdout.readline()
+            host["b"].start([_dafka(), "mirror", "--source-pub", tower["a"][1], "--source-sub", tower["a"][0],
+                             "--target-pub", tower["b"][1], "--target-sub", tower["b"][0], "--topic", "lag",
+                             "-X", f"beacon/address={ip['b']}", "-X", f"beacon/bind_address={ip['b']}"],
+                            stderr=subprocess.DEVNULL)
+            consumer = role("b", "consumer", "--records", str(records), "--size", "100", "--stamp", "--topic", "lag",
+                            "--latency-from", str(2 * rate), stdout=subprocess.PIPE, text=True)
+            time.sleep(2.0)
+            producer = role("a", "producer", "--records", str(records), "--size", "100", "--rate", str(rate),
+                            "--min-acks", "1", "--topic", "lag", stdout=subprocess.PIPE, text=True)
+            c = run.result_of(consumer, timeout=seconds + 120)
+            run.result_of(producer, timeout=60)
+            return {"rate": rate, "records": records, "received": c["received"], "p50_ms": c.get("p50_ms"),
+                    "p99_ms": c.get("p99_ms"), "round_trip_ms": round_trip * 1000}
+    finally:
+        processes.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report(result: dict) -> list[str]:
+    lines = ["", "== mirror: site A -> site B (`dafka mirror`, one store per site, min_acks 1) =="]
+    for r in result.get("sizes", []):
+        size = r["size"]
+        lines.append(f"{size} B: producer -> store, acked {r['ack_rate']:>10,.0f}/s ({r['ack_cpu_us']} us/record)")
+        lines.append(f"{'':<6} mirror, A's store -> B's store, acked {r['mirror_rate']:>10,.0f}/s = "
+                     f"{r['mirror_rate'] / r['ack_rate']:.2f}x ({r['mirror_cpu_us']:.2f} us/record in the mirror, "
+                     f"RSS {r['mirror_rss_mib']:.0f} MiB)")
+        lines.append(f"{'':<6} a new partition, live ({r['live_ack_rate']:,.0f}/s acked): copied at "
+                     f"{r['live_rate']:,.0f}/s = {r['live_rate'] / r['ack_rate']:.2f}x ({r['live_cpu_us']:.2f} "
+                     f"us/record), all {r['live_done_s']:.2f} s after the producer's last ack")
+        if r.get("catchup_records"):
+            lines.append(f"{'':<6} catch-up of {r['catchup_records']:,}: {r['catchup_rate']:>10,.0f}/s "
+                         f"({r['catchup_cpu_us']:.2f} us/record, RSS {r['catchup_rss_mib']:.0f} MiB; "
+                         f"start-up {r['catchup_start_s']:.2f} s)")
+    lag = result.get("lag")
+    if lag:
+        if "skipped" in lag:
+            lines.append(f"lag over the impaired link: skipped ({lag['skipped']})")
+        else:
+            lines.append(f"lag over the impaired link (20 +- 5 ms each way, round trip {lag['round_trip_ms']:.0f} ms), "
+                         f"{lag['rate']:,}/s: p50 {lag['p50_ms']:.1f} ms, p99 {lag['p99_ms']:.1f} ms "
+                         f"({lag['received']:,} of {lag['records']:,} records)")
+    return lines
+
+
+def run_all(run: ModuleType, records: int, sizes: list[int], catchup_records: int, lag_seconds: float) -> dict:
+    result = {"sizes": [throughput(run, records, size, catchup_records if size == sizes[0] else 0) for size in sizes]}
+    if lag_seconds:
+        result["lag"] = lag_over_link(run, 10_000, lag_seconds)
+    print("\n".join(report(result)))
+    return json.loads(json.dumps(result))
