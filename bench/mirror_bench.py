@@ -17,7 +17,11 @@
   userspace link with 20 ± 5 ms of delay each way; a producer on A paced at
   10,000 records/s stamps every 16th record, a consumer on B takes the
   difference when it arrives (p50, p99, after the first 2 s, which include
-  the mirror's first meeting with the partition).
+  the mirror's first meeting with the partition).  Then the link is cut
+  while A's producer writes R records; once it heals, a consumer on B times
+  the catch-up (from the heal to the last record in B), while a producer on
+  B sends 1,000 records/s of its own and a consumer on B samples their
+  latency: the target's live traffic goes on during the catch-up.
 
 Run alone: ``python3 bench/run.py --only mirror`` (see run.py's --help).
 """
@@ -143,8 +147,9 @@ def throughput(run: ModuleType, records: int, size: int, catchup_records: int) -
             shutil.rmtree(db, ignore_errors=True)
 
 
-def lag_over_link(run: ModuleType, rate: int, seconds: float) -> dict:
-    """Producer on host a, mirror and consumer on host b, 20 ± 5 ms of delay each way."""
+def lag_over_link(run: ModuleType, rate: int, seconds: float, catchup_records: int) -> dict:
+    """Producer on host a, mirror and consumer on host b, 20 ± 5 ms of delay each way; then
+    ``catchup_records`` written while the link is cut, copied once it heals."""
     sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent / "tests" / "faults")]
     from helpers import Processes
     from impaired_link import ImpairedLink, missing_capability
@@ -175,6 +180,7 @@ def lag_over_link(run: ModuleType, rate: int, seconds: float) -> dict:
                 store.stdout.readline()
             host["b"].start([_dafka(), "mirror", "--source-pub", tower["a"][1], "--source-sub", tower["a"][0],
                              "--target-pub", tower["b"][1], "--target-sub", tower["b"][0], "--topic", "lag",
+                             "--topic", "backlog",
                              "-X", f"beacon/address={ip['b']}", "-X", f"beacon/bind_address={ip['b']}"],
                             stderr=subprocess.DEVNULL)
             consumer = role("b", "consumer", "--records", str(records), "--size", "100", "--stamp", "--topic", "lag",
@@ -184,8 +190,35 @@ def lag_over_link(run: ModuleType, rate: int, seconds: float) -> dict:
                             "--min-acks", "1", "--topic", "lag", stdout=subprocess.PIPE, text=True)
             c = run.result_of(consumer, timeout=seconds + 120)
             run.result_of(producer, timeout=60)
-            return {"rate": rate, "records": records, "received": c["received"], "p50_ms": c.get("p50_ms"),
-                    "p99_ms": c.get("p99_ms"), "round_trip_ms": round_trip * 1000}
+            out = {"rate": rate, "records": records, "received": c["received"], "p50_ms": c.get("p50_ms"),
+                   "p99_ms": c.get("p99_ms"), "round_trip_ms": round_trip * 1000}
+            if catchup_records:
+                # The link cut while A's producer writes; healed, the mirror catches up, and B's own live
+                # traffic (1,000 records/s, its latency sampled) goes on meanwhile.
+                link.cut()
+                r = run.result_of(role("a", "producer", "--records", str(catchup_records), "--size", "100",
+                                       "--min-acks", "1", "--topic", "backlog", "--warmup", "0",
+                                       stdout=subprocess.PIPE, text=True), timeout=600)
+                catchup = role("b", "consumer", "--records", str(catchup_records), "--size", "100",
+                               "--topic", "backlog", stdout=subprocess.PIPE, text=True)
+                local_records = 30 * 1000
+                local = role("b", "consumer", "--records", str(local_records), "--size", "100", "--stamp",
+                             "--topic", "local", "--reset", "latest", stdout=subprocess.PIPE, text=True)
+                time.sleep(2.0)
+                local_producer = role("b", "producer", "--records", str(local_records), "--size", "100",
+                                      "--rate", "1000", "--min-acks", "1", "--topic", "local",
+                                      stdout=subprocess.PIPE, text=True)
+                time.sleep(3.0)  # B's live traffic flows before the link heals, and on while the mirror catches up
+                healed = time.perf_counter()
+                link.heal()
+                k = run.result_of(catchup, timeout=900)
+                done = k["finished"] - healed
+                lc = run.result_of(local, timeout=120)
+                run.result_of(local_producer, timeout=60)
+                out.update(catchup_records=r["sent"], catchup_received=k["received"],
+                           catchup_rate=k["received"] / done if done > 0 else 0.0, catchup_seconds=done,
+                           local_p50_ms=lc.get("p50_ms"), local_p99_ms=lc.get("p99_ms"))
+            return out
     finally:
         processes.cleanup()
         shutil.rmtree(work, ignore_errors=True)
@@ -214,12 +247,18 @@ def report(result: dict) -> list[str]:
             lines.append(f"lag over the impaired link (20 +- 5 ms each way, round trip {lag['round_trip_ms']:.0f} ms), "
                          f"{lag['rate']:,}/s: p50 {lag['p50_ms']:.1f} ms, p99 {lag['p99_ms']:.1f} ms "
                          f"({lag['received']:,} of {lag['records']:,} records)")
+            if lag.get("catchup_records"):
+                lines.append(f"  catch-up over the link of {lag['catchup_records']:,} written while it was cut: "
+                             f"{lag['catchup_rate']:,.0f}/s from the heal to the last record in B "
+                             f"({lag['catchup_seconds']:.1f} s; {lag['catchup_received']:,} received); meanwhile "
+                             f"B's own traffic at 1,000/s: p50 {lag['local_p50_ms']:.1f} ms, p99 "
+                             f"{lag['local_p99_ms']:.1f} ms")
     return lines
 
 
 def run_all(run: ModuleType, records: int, sizes: list[int], catchup_records: int, lag_seconds: float) -> dict:
     result = {"sizes": [throughput(run, records, size, catchup_records if size == sizes[0] else 0) for size in sizes]}
     if lag_seconds:
-        result["lag"] = lag_over_link(run, 10_000, lag_seconds)
+        result["lag"] = lag_over_link(run, 10_000, lag_seconds, catchup_records)
     print("\n".join(report(result)))
     return json.loads(json.dumps(result))

@@ -83,7 +83,7 @@ class Mirror:
 
     def __init__(self, source: ConfigLike, target: ConfigLike, selection: Selection, *, name: str,
                  source_site: str | None = None, conflict_grace: float = 10.0, scan_interval: float = 2.0,
-                 resume_workers: int = 8, tower_timeout: float = 10.0) -> None:
+                 resume_workers: int = 32, tower_timeout: float = 10.0) -> None:
         if not name:
             raise ValueError("a mirror needs a name (its provenance partition derives from it)")
         self.source: Config = as_config(source).with_overrides({"consumer/offset/reset": "earliest"}, source="mirror")
@@ -97,7 +97,7 @@ class Mirror:
         self.tower_timeout = tower_timeout
         self._ctx = zmq.Context()
         self._producers: dict[Key, Producer] = {}
-        self._pool = ThreadPoolExecutor(resume_workers, thread_name_prefix="dafka-mirror-resume")
+        self._pool = ThreadPoolExecutor(resume_workers, thread_name_prefix="dafka-mirror-resume")  # (each waits)
         self._resuming: dict[Future, Partition] = {}
         self._retry_at: dict[Key, float] = {}
         self._stop = threading.Event()
@@ -121,6 +121,8 @@ class Mirror:
             raise MirrorError(f"the target site ({self.target['beacon/pub_address']}): {exc}") from None
         self._read_own_provenance(self._provenance.acked_offset)
         consumer = self._consumer = Consumer(config=self.source, ctx=self._ctx)
+        if self.state.resume_owned():
+            self._resume_owned()
         deadline = time.monotonic() + self.tower_timeout
         while not consumer.connected:
             if time.monotonic() >= deadline:
@@ -133,6 +135,18 @@ class Mirror:
             self._scanner.start()
         log.info("mirror %s: %s -> %s, %d partition(s) owned in the target", self.name,
                  self.source["beacon/pub_address"], self.target["beacon/pub_address"], len(self.state.owned))
+
+    def _resume_owned(self) -> None:
+        """Resume the partitions this mirror owns, all at once, before the
+        source is read: each is then read from its head in the target + 1."""
+        timeout = self.target["producer/resume_timeout"] / 1000.0 + 5.0
+        self._start_resumes(time.monotonic())
+        for future in list(self._resuming):
+            try:
+                future.exception(timeout)
+            except TimeoutError:
+                break  # (left to the loop)
+        self._finish_resumes(time.monotonic())
 
     def _read_own_provenance(self, head: int) -> None:
         """Which partitions this mirror wrote into the target: records 0..head

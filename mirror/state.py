@@ -132,6 +132,16 @@ class MirrorState:
         if p is not None and p.phase is Phase.SKIPPED:
             self._loop(p)
 
+    def resume_owned(self) -> list[Partition]:
+        """At start: the selected partitions this mirror owns, to resume before
+        their records come (the source is then read from each one's head + 1,
+        not from its first record)."""
+        for key in sorted(self.owned):
+            if key not in self.partitions and self.selection.wants(key[0]):
+                p = self.partitions[key] = Partition(*key)
+                self.to_resume.append(p)
+        return self.to_resume
+
     # -- records -----------------------------------------------------------------
 
     def on_records(self, topic: str, address: str, first: int, values: Sequence[bytes], now: float) -> Copy | None:

@@ -169,3 +169,13 @@ def test_the_provenance_decoder_takes_any_json_object(doc):
         Provenance.decode(json.dumps(doc).encode())
     except MalformedProvenance:
         pass
+
+
+def test_owned_partitions_are_resumed_before_their_records_come():
+    state = MirrorState(Selection(topics=("orders",)))
+    state.on_own_provenance(KEY)
+    state.on_own_provenance(("elsewhere", P))  # owned, but no longer selected
+    assert [p.key for p in state.resume_owned()] == [KEY]
+    state.take_resumes()
+    assert state.on_resumed(KEY, 41, 0.0).seek == 42
+    assert state.on_records("orders", P, 0, [b"old"], 0.0) is None and state.dropped == 0
