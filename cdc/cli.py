@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 import sys
 from collections.abc import Callable
@@ -15,13 +14,13 @@ from dafka.cli.common import (
     EXIT_FAILURE,
     common_options,
     load_config,
+    run_or_exit,
     say,
     serve_metrics,
     setup_logging,
     stop_event_on_signals,
 )
 
-log = logging.getLogger("dafka.cdc.cli")
 
 
 @click.group("cdc", context_settings=CONTEXT_SETTINGS)
@@ -87,15 +86,7 @@ def _run(tool: str, make: Callable[[], Any], options: dict[str, Any]) -> None:
     if collector is not None:
         collector.add(capture)
     say(f"capturing {', '.join(capture.source.tables)} into {capture.source.topic} ({tool}, name {capture.label})")
-    try:
-        capture.run()
-    except CdcError as exc:
-        say(str(exc))
-        sys.exit(EXIT_FAILURE)
-    except Exception as exc:  # a ResumeError, a store gone for close_timeout...: one line, exit 1
-        say(f"{type(exc).__name__}: {exc}")
-        log.debug("cdc failed", exc_info=True)
-        sys.exit(EXIT_FAILURE)
+    run_or_exit(capture.run, "cdc", (CdcError,))  # (a ResumeError, a store gone for close_timeout...: exit 1)
     stats = capture.stats
     say(f"stopped: {stats.snapshot_rows} rows bootstrapped, {stats.changes} changes in {stats.transactions} "
         f"transactions, confirmed {stats.confirmed_lsn}")

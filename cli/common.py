@@ -227,6 +227,21 @@ def stop_event_on_signals(*callbacks: Callable[[], None]) -> threading.Event:
     return stop
 
 
+def run_or_exit(run: Callable[[], None], what: str, expected: tuple[type[Exception], ...] = ()) -> None:
+    """A daemon's loop: a failure is one line on stderr (an ``expected`` error
+    says its message alone, any other its type too) and exit 1; the
+    traceback goes to the debug log."""
+    try:
+        run()
+    except expected as exc:
+        say(str(exc))
+        sys.exit(EXIT_FAILURE)
+    except Exception as exc:
+        say(f"{type(exc).__name__}: {exc}")
+        logging.getLogger("dafka.cli").debug("%s failed", what, exc_info=True)
+        sys.exit(EXIT_FAILURE)
+
+
 # --------------------------------------------------------------------------
 # The tower watch
 # --------------------------------------------------------------------------

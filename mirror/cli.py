@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -16,13 +15,13 @@ from dafka.cli.common import (
     config_reason,
     parse_sets,
     load_config,
+    run_or_exit,
     say,
     serve_metrics,
     setup_logging,
     stop_event_on_signals,
 )
 
-log = logging.getLogger("dafka.mirror.cli")
 
 
 def _sides(f: Callable) -> Callable:
@@ -145,12 +144,7 @@ def mirror(topics: tuple[str, ...], prefixes: tuple[str, ...], every: bool, name
         collector.add(runner)
     what = ", ".join([*topics, *(f"{p}*" for p in prefixes)]) if not every else "every topic"
     say(f"mirroring {what} from {source_pub} to {target_pub} (name {runner.name})")
-    try:
-        runner.run()
-    except Exception as exc:
-        say(f"{type(exc).__name__}: {exc}")
-        log.debug("mirror failed", exc_info=True)
-        sys.exit(EXIT_FAILURE)
+    run_or_exit(runner.run, "mirror")
     state = runner.state
     say(f"stopped: {state.copied} records copied, {runner.copying()} partition(s) copying, "
         f"{state.conflicts} conflict(s)")
