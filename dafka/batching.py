@@ -30,6 +30,10 @@ MAX_RECORDS = 1024  # records per RECORDS at most...
 MAX_BYTES = 64 * 1024  # ...and bytes of contents (a bigger record travels alone)
 BURST_GAP = 20e-6  # a record published sooner than this after the previous one is part of a burst
 LINGER = 0.001  # seconds a record of a burst may wait for more to join it
+# A burst already in hand (Producer.send_many: a mirror, a CDC connector) goes out in RECORDS as big as
+# the stores' bulk answers: fewer messages for every peer that reads them.
+BURST_RECORDS = 65_536
+BURST_BYTES = 256 * 1024
 
 
 def consumer_subscriptions(topic: str) -> list[bytes]:

@@ -274,8 +274,8 @@ class Producer:
                                  f"{self.max_record_bytes}; nothing was sent")
         timeout = self.send_timeout if timeout is None else timeout
         total = sum(map(len, values))
-        # Chunks of about one RECORDS each (batching.MAX_RECORDS records or MAX_BYTES bytes).
-        step = max(1, min(batching.MAX_RECORDS, len(values) * batching.MAX_BYTES // max(total, 1)))
+        # Chunks of about one RECORDS each (batching.BURST_RECORDS records or BURST_BYTES bytes).
+        step = max(1, min(batching.BURST_RECORDS, len(values) * batching.BURST_BYTES // max(total, 1)))
         with self._lock:
             if self._closed or self._fenced is not None:
                 raise self._fenced or Closed("producer is closed")

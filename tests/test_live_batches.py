@@ -115,16 +115,18 @@ def test_send_many_publishes_a_burst_in_full_batches_and_records_to_a_reference_
         assert producer.send_many([]) == 0
         assert producer.send_many([b"%08d" % s for s in range(3000)]) == 0
         assert producer.send_many([bytearray(b"%08d" % s) for s in range(3000, 3010)]) == 3000
-        producer.flush(30)
-        assert producer.stats()["batches_sent"] == 4  # 1024 + 1024 + 952, then 10: full batches, not one each
-        assert [(r.offset, r.value) for r in take(consumer, 3010)] == [(s, b"%08d" % s) for s in range(3010)]
-        assert ref.run(lambda: ref.total() >= 3010, 30), ref.delivered
-        assert ref.contents[(TOPIC, producer.address)] == [b"%08d" % s for s in range(3010)]
+        assert producer.stats()["batches_sent"] == 2  # 3000 in one RECORDS, then 10: not one each
+        assert producer.send_many([b"x" * 4000] * 100) == 3010  # 400,000 bytes: two RECORDS of at most 256 KiB
+        assert producer.stats()["batches_sent"] == 4
+        expected = [b"%08d" % s for s in range(3010)] + [b"x" * 4000] * 100
+        assert [(r.offset, r.value) for r in take(consumer, 3110)] == list(enumerate(expected))
+        assert ref.run(lambda: ref.total() >= 3110, 30), ref.delivered
+        assert ref.contents[(TOPIC, producer.address)] == expected
         assert ref.foreign == 0
-        assert store.heads()[(TOPIC, producer.address)] == 3009
+        assert store.heads()[(TOPIC, producer.address)] == 3109
         with pytest.raises(RecordTooLarge):
             producer.send_many([b"ok", b"x" * (producer.max_record_bytes + 1)])
-        assert producer.stats()["sent"] == 3010  # nothing of a refused burst went out
+        assert producer.stats()["sent"] == 3110  # nothing of a refused burst went out
     finally:
         ref.close()
         producer.close(timeout=5)
