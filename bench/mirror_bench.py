@@ -21,7 +21,9 @@
   while A's producer writes R records; once it heals, a consumer on B times
   the catch-up (from the heal to the last record in B), while a producer on
   B sends 1,000 records/s of its own and a consumer on B samples their
-  latency: the target's live traffic goes on during the catch-up.
+  latency: the target's live traffic goes on during the catch-up.  Last, a
+  consumer on B reads the same records from A's store across the link: the
+  link's own ceiling (its relay is a Python process).
 
 Run alone: ``python3 bench/run.py --only mirror`` (see run.py's --help).
 """
@@ -218,6 +220,13 @@ def lag_over_link(run: ModuleType, rate: int, seconds: float, catchup_records: i
                 out.update(catchup_records=r["sent"], catchup_received=k["received"],
                            catchup_rate=k["received"] / done if done > 0 else 0.0, catchup_seconds=done,
                            local_p50_ms=lc.get("p50_ms"), local_p99_ms=lc.get("p99_ms"))
+                # The link's own ceiling for the same records: a consumer on B reading A's store across it.
+                across = host["b"].start([sys.executable, str(HERE / "run.py"), "--role", "consumer",
+                                          "--sub", tower["a"][0], "--pub", tower["a"][1], "--address", ip["b"],
+                                          "--records", str(catchup_records), "--size", "100", "--topic", "backlog"],
+                                         stdout=subprocess.PIPE, text=True)
+                x = run.result_of(across, timeout=900)
+                out["across_rate"] = run.rate_of(x)
             return out
     finally:
         processes.cleanup()
@@ -250,7 +259,8 @@ def report(result: dict) -> list[str]:
             if lag.get("catchup_records"):
                 lines.append(f"  catch-up over the link of {lag['catchup_records']:,} written while it was cut: "
                              f"{lag['catchup_rate']:,.0f}/s from the heal to the last record in B "
-                             f"({lag['catchup_seconds']:.1f} s; {lag['catchup_received']:,} received); meanwhile "
+                             f"({lag['catchup_seconds']:.1f} s, the new partition's resume included; "
+                             f"a consumer on B reading A's store across the link: {lag['across_rate']:,.0f}/s); meanwhile "
                              f"B's own traffic at 1,000/s: p50 {lag['local_p50_ms']:.1f} ms, p99 "
                              f"{lag['local_p99_ms']:.1f} ms")
     return lines

@@ -294,33 +294,45 @@ class Mirror:
                 self.state.on_claimed(key, str(exc))
                 continue
             except (ResumeError, zmq.ZMQError) as exc:
-                self.stats.resume_failures += 1
-                self._retry_at[key] = now + RETRY
-                log.warning("mirror %s: %s/%s: the target did not answer, trying again in %g s: %s", self.name,
-                            key[0], key[1], RETRY, exc)
-                self.state.on_resume_failed(key)
+                self._resume_failed(key, now, exc)
                 continue
             if self._stop.is_set():
                 producer.close()
                 continue
             resumed = self.state.on_resumed(key, producer.acked_offset, now)
             if resumed.claim:
-                self._provenance.send(Provenance(key[0], key[1], self.site, self.name).encode()).get(
-                    timeout=self.target["producer/send_timeout"] / 1000.0)
+                try:
+                    self._provenance.send(Provenance(key[0], key[1], self.site, self.name).encode()).get(
+                        timeout=self.target["producer/send_timeout"] / 1000.0)
+                except DafkaError as exc:  # (the target's stores stopped acking: nothing is copied before it)
+                    self._close_quietly(producer)
+                    self._resume_failed(key, now, exc)
+                    continue
                 self.state.on_own_provenance(key)
             with self._lock:
                 self._producers[key] = producer
             log.info("mirror %s: copies %s/%s from offset %d", self.name, key[0], key[1], resumed.seek)
             self._consumer.seek(key[1], resumed.seek, topic=key[0])
 
+    def _resume_failed(self, key: Key, now: float, exc: Exception) -> None:
+        self.stats.resume_failures += 1
+        self._retry_at[key] = now + RETRY
+        log.warning("mirror %s: %s/%s: the target did not answer, trying again in %g s: %s", self.name,
+                    key[0], key[1], RETRY, exc)
+        self.state.on_resume_failed(key)
+
     def _drop_producer(self, key: Key) -> None:
         with self._lock:
             producer = self._producers.pop(key, None)
         if producer is not None:
-            try:
-                producer.close(timeout=0)
-            except DafkaError:
-                pass  # (unacked records of a partition now in conflict stay where they are)
+            self._close_quietly(producer)
+
+    @staticmethod
+    def _close_quietly(producer: Producer) -> None:
+        try:
+            producer.close(timeout=0)
+        except DafkaError:
+            pass  # (unacked records of a partition left alone stay where they are)
 
     # -- topics ------------------------------------------------------------------------
 
@@ -361,9 +373,10 @@ class Mirror:
         self._resuming.clear()
         with self._lock:
             producers, self._producers = list(self._producers.values()), {}
+        deadline = time.monotonic() + self.target["producer/close_timeout"] / 1000.0  # (for all of them)
         for producer in producers:
             try:
-                producer.close()
+                producer.close(timeout=max(0.0, deadline - time.monotonic()))
             except DafkaError as exc:
                 log.warning("mirror %s: %s", self.name, exc)
         if self._provenance is not None:

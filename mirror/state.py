@@ -261,6 +261,6 @@ class MirrorState:
 
     def phases(self) -> dict[str, int]:
         counts = {phase.value: 0 for phase in Phase}
-        for p in self.partitions.values():
+        for p in list(self.partitions.values()):  # (a metrics scrape, while the loop adds partitions)
             counts[p.phase.value] += 1
         return counts
