@@ -17,7 +17,8 @@
   userspace link with 20 ± 5 ms of delay each way; a producer on A paced at
   10,000 records/s stamps every 16th record, a consumer on B takes the
   difference when it arrives (p50, p99, after the first 2 s, which include
-  the mirror's first meeting with the partition).  Then the link is cut
+  the mirror's first meeting with the partition; of a shorter run, after its
+  first half).  Then the link is cut
   while A's producer writes R records; once it heals, a consumer on B times
   the catch-up (from the heal to the last record in B), while a producer on
   B sends 1,000 records/s of its own and a consumer on B samples their
@@ -77,20 +78,23 @@ class MirrorProcess:
         return int(float(match[1])) if match else -1
 
     def wait_copied(self, count: int, since: int = 0, timeout: float = 600) -> dict:
-        """Sample the copied count every 20 ms until it reaches ``count``: when
-        the first record after ``since`` was copied, when the last, and the
-        CPU in between."""
+        """Sample the copied count every 20 ms until it reaches ``count``: the
+        rate of the records after ``since``, from the last sample before the
+        first of them was copied to the sample that saw the last, and the
+        mirror's CPU over the same time."""
         deadline = time.monotonic() + timeout
-        first_at = first_count = cpu_first = None
+        before_at, cpu_before, first_at = time.perf_counter(), self.cpu(self.proc.pid), None
         while True:
             now = time.perf_counter()
+            cpu = self.cpu(self.proc.pid)
             copied = self.records()
-            if copied > since and first_at is None:
-                first_at, first_count, cpu_first = now, copied, self.cpu(self.proc.pid)
+            if copied <= since:
+                before_at, cpu_before = now, cpu
+            elif first_at is None:
+                first_at = now
             if copied >= count:
-                cpu = self.cpu(self.proc.pid) - cpu_first
-                return {"first_at": first_at, "last_at": now, "rate": (count - first_count) / max(now - first_at, 1e-9),
-                        "cpu_us": cpu / max(count - first_count, 1) * 1e6, "records": count}
+                return {"first_at": first_at, "last_at": now, "rate": (count - since) / (now - before_at),
+                        "cpu_us": (cpu - cpu_before) / (count - since) * 1e6, "records": count}
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 raise RuntimeError(f"the mirror copied {copied} of {count} records: "
                                    f"{self.proc.stderr.read() if self.proc.poll() is not None else 'timed out'}")
@@ -186,7 +190,7 @@ def lag_over_link(run: ModuleType, rate: int, seconds: float, catchup_records: i
                              "-X", f"beacon/address={ip['b']}", "-X", f"beacon/bind_address={ip['b']}"],
                             stderr=subprocess.DEVNULL)
             consumer = role("b", "consumer", "--records", str(records), "--size", "100", "--stamp", "--topic", "lag",
-                            "--latency-from", str(2 * rate), stdout=subprocess.PIPE, text=True)
+                            "--latency-from", str(min(2 * rate, records // 2)), stdout=subprocess.PIPE, text=True)
             time.sleep(2.0)
             producer = role("a", "producer", "--records", str(records), "--size", "100", "--rate", str(rate),
                             "--min-acks", "1", "--topic", "lag", stdout=subprocess.PIPE, text=True)

@@ -768,8 +768,9 @@ def scenario_mirror(a: argparse.Namespace) -> dict:
     import mirror_bench
 
     sizes = [int(s) for s in a.sizes.split(",")]
-    return mirror_bench.run_all(sys.modules[__name__], a.mirror_records, sizes, a.mirror_catchup_records,
-                                a.mirror_lag_seconds)
+    records = a.records if a.mirror_records is None else a.mirror_records
+    catchup = a.catchup_records if a.mirror_catchup_records is None else a.mirror_catchup_records
+    return mirror_bench.run_all(sys.modules[__name__], records, sizes, catchup, a.mirror_lag_seconds)
 
 
 def free_port() -> int:
@@ -1001,9 +1002,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated scenarios to skip (store, bulk, partitions, groups, idle, hold, spark, cdc, "
                          "mirror)")
     ap.add_argument("--only", choices=("cdc", "mirror"), help="run only this scenario (the ceiling is not measured)")
-    ap.add_argument("--mirror-records", type=int, default=300_000, help="records of each mirror throughput run")
-    ap.add_argument("--mirror-catchup-records", type=int, default=1_000_000,
-                    help="records the mirror catches up on after a stop (0: no catch-up run)")
+    ap.add_argument("--mirror-records", type=int, help="records of each mirror throughput run (default --records)")
+    ap.add_argument("--mirror-catchup-records", type=int,
+                    help="records the mirror catches up on after a stop (default --catchup-records; 0: none)")
     ap.add_argument("--mirror-lag-seconds", type=float, default=10.0,
                     help="how long the mirror lag run over the impaired link sends 10,000 records/s (0: not run)")
     ap.add_argument("--cdc-records", type=int, default=100_000, help="row changes per sustained CDC run")
