@@ -20,7 +20,8 @@
   the mirror's first meeting with the partition; of a shorter run, after its
   first half).  Then the link is cut
   while A's producer writes R records; once it heals, a consumer on B times
-  the catch-up (from the heal to the last record in B), while a producer on
+  the catch-up (from its first record to its last, and from the heal: TCP's
+  retransmission backoff after a cut, the new partition's probe), while a producer on
   B sends 1,000 records/s of its own and a consumer on B samples their
   latency: the target's live traffic goes on during the catch-up.  Last, a
   consumer on B reads the same records from A's store across the link: the
@@ -221,8 +222,8 @@ def lag_over_link(run: ModuleType, rate: int, seconds: float, catchup_records: i
                 done = k["finished"] - healed
                 lc = run.result_of(local, timeout=120)
                 run.result_of(local_producer, timeout=60)
-                out.update(catchup_records=r["sent"], catchup_received=k["received"],
-                           catchup_rate=k["received"] / done if done > 0 else 0.0, catchup_seconds=done,
+                out.update(catchup_records=r["sent"], catchup_received=k["received"], catchup_rate=run.rate_of(k),
+                           catchup_seconds=done, heal_to_first_s=k["started"] - healed,
                            local_p50_ms=lc.get("p50_ms"), local_p99_ms=lc.get("p99_ms"))
                 # The link's own ceiling for the same records: a consumer on B reading A's store across it.
                 across = host["b"].start([sys.executable, str(HERE / "run.py"), "--role", "consumer",
@@ -262,9 +263,10 @@ def report(result: dict) -> list[str]:
                          f"({lag['received']:,} of {lag['records']:,} records)")
             if lag.get("catchup_records"):
                 lines.append(f"  catch-up over the link of {lag['catchup_records']:,} written while it was cut: "
-                             f"{lag['catchup_rate']:,.0f}/s from the heal to the last record in B "
-                             f"({lag['catchup_seconds']:.1f} s, the new partition's resume included; "
-                             f"a consumer on B reading A's store across the link: {lag['across_rate']:,.0f}/s); meanwhile "
+                             f"{lag['catchup_rate']:,.0f}/s from the first record in B to the last (a consumer on B "
+                             f"reading A's store across the link: {lag['across_rate']:,.0f}/s); the first came "
+                             f"{lag['heal_to_first_s']:.1f} s after the heal, the last {lag['catchup_seconds']:.1f} s "
+                             "after; meanwhile "
                              f"B's own traffic at 1,000/s: p50 {lag['local_p50_ms']:.1f} ms, p99 "
                              f"{lag['local_p99_ms']:.1f} ms")
     return lines

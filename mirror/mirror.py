@@ -45,6 +45,9 @@ _VALUES = itemgetter(3)
 BATCH = 8192  # records taken from the consumer per turn
 TICK = 0.2  # seconds between looks at acks, heads and conflicts
 RETRY = 2.0  # seconds before a partition whose target stores did not answer is tried again
+# A source position no partition reaches: the consumer neither fetches nor delivers a partition seeked
+# there (every record is below it), which is how a partition waits while its target head is learnt.
+PARKED = 2**62
 
 
 class MirrorError(DafkaError):
@@ -263,6 +266,9 @@ class Mirror:
 
     def _start_resumes(self, now: float) -> None:
         for p in self.state.take_resumes():
+            # Parked: the source is not read while the head is learnt (what it gave would be dropped and read
+            # again, over a slow link twice the bytes); the seek to head + 1 unparks it.
+            self._consumer.seek(p.address, PARKED, topic=p.topic)
             due = self._retry_at.get(p.key, 0.0)
             if due > now:
                 self.state.to_resume.append(p)
