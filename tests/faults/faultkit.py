@@ -227,13 +227,15 @@ class Cluster:
         return role
 
     def consumer(self, name: str, topic: str, *, offsets: bool = False, reset: str = "earliest",
-                 **config) -> Role:
+                 group: str | None = None, **config) -> Role:
         runs = self.runs.setdefault(name, [])
         log = self.dir / f"{name}.run{len(runs) + 1}.consumer.log"
         offsets_path = self.dir / f"{name}.offsets" if offsets else None
         args = ["--topic", topic, "--log", str(log), "--reset", reset, "--config", json.dumps(self.config(**config))]
         if offsets_path is not None:
             args += ["--offsets", str(offsets_path)]
+        if group is not None:
+            args += ["--group", group]
         role = self._start("consumer", name, args, log, offsets_path)
         runs.append(role)
         role.wait_ready()

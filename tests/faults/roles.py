@@ -195,7 +195,7 @@ def run_consumer(args) -> int:
     config = _config(args.config)
     if args.reset:
         config = config.with_overrides({"consumer/offset/reset": args.reset})
-    consumer = Consumer(*args.topic, config=config, offsets_path=args.offsets)
+    consumer = Consumer(*args.topic, config=config, offsets_path=args.offsets, group=args.group)
     print(f"ready {consumer.address}", flush=True)
     delivered = 0
     next_stats = 0.0
@@ -294,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--topic", required=True, action="append")
     c.add_argument("--log", required=True)
     c.add_argument("--offsets", help="offsets file (Consumer(offsets_path=...))")
+    c.add_argument("--group", help="consumer group (Consumer(group=...)): commits on close")
     c.add_argument("--reset", choices=("earliest", "latest"))
     c.add_argument("--poll", type=float, default=0.2)
 

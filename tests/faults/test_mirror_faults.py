@@ -5,6 +5,7 @@ producers of site A write."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -159,3 +160,57 @@ def test_mirror_both_ways_across_the_link_gives_each_site_the_union_without_a_lo
     for proc, base in runs:  # each mirror said what it left alone, and found no conflict
         said = base.with_suffix(".err").read_text()
         assert "0 conflict(s)" in said, said[-2000:]
+
+
+def _store_heads(link: ImpairedLink, host: str, topic: str) -> dict[str, int]:
+    """partition -> the stores' head of ``topic`` on ``host``'s site, from `dafka status --json`."""
+    ip = link.address[host]
+    proc = link.processes_in(host).start(
+        [script("dafka"), "status", "--json", "--topic", topic, "--pub", f"tcp://{ip}:5557", "--sub",
+         f"tcp://{ip}:5556", "-X", f"beacon/address={ip}", "-X", f"beacon/bind_address={ip}", "--wait-ms", "1000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    return {row["partition"]: row["store_head"] for row in json.loads(out)["partitions"]
+            if row["store_head"] is not None}
+
+
+def test_a_consumer_group_fails_over_across_the_link_at_its_mirrored_commits(link, tmp_path, fault_report):
+    sides = _sites(link, tmp_path)
+    a, b = sides["a"], sides["b"]
+    runs: list = []
+    commits = "__dafka_offsets.billing"
+    try:
+        towers = [a.tower("ta", 5556, 5557, host=link.address["a"]), b.tower("tb", 5556, 5557, host=link.address["b"])]
+        stores = {"sa": a.store("sa"), "sb": b.store("sb")}
+        producer = a.producer("p", TOPIC, count=8_000, rate=2_000, size=100, wait_peers=1)
+        mirror = _mirror(link, tmp_path, "a", "b", "a-to-b", "--topic", TOPIC, "--prefix", "__dafka_offsets.",
+                         "--scan-interval-ms", "500", runs=runs)
+        member = a.consumer("g", TOPIC, group="billing")
+        wait_for(lambda: len(a.delivered("g")) >= 3_000, 60, interval=0.1, what="the group reads on site A")
+        assert member.stop() == 0  # site A's member leaves; it commits what it returned
+        assert producer.wait_exit(120) == 0, producer.tail()
+        expected = acked_keys(producer)
+        read_on_a = a.delivered("g")
+        assert len(read_on_a) < len(expected)
+        # Site B holds the group's commits as site A does (the mirror copied __dafka_offsets.billing).
+        on_a = _store_heads(link, "a", commits)
+        assert on_a, "site A holds no commits of the group"
+        wait_for(lambda: _store_heads(link, "b", commits) == on_a, 60, interval=0.5, what="the commits mirrored")
+        b.consumer("g", TOPIC, group="billing")  # the same group, on site B
+        b.wait_delivered("g", expected - read_on_a, 120)
+        time.sleep(1.0)  # anything read twice would be logged by now
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(60) == 0, _tails(runs)
+        for role in b.runs["g"]:
+            assert role.stop() == 0
+        for role in [*stores.values(), *towers]:
+            assert role.stop() == 0
+    except BaseException:
+        print(a.tails(), b.tails(), _tails(runs), link.tail(), sep="\n")
+        raise
+    report = check("mirror: group failover", [producer.producer_log()],
+                   {"g": a.consumer_runs()["g"] + b.consumer_runs()["g"]}, {n: s.db for n, s in stores.items()},
+                   complete_stores=list(stores), value_size=100)
+    fault_report(report)
+    assert report.extra["delivered_by"]["g"] == len(expected)
