@@ -24,7 +24,7 @@ from dafka.mirror.state import Phase
 from dafka.peer import DataSocket
 from dafka.store import Store, keys
 from dafka.towerd.tower import Tower
-from helpers import free_port, loopback_config, script, wait_for
+from helpers import free_port, loopback_config, script, secure_config, wait_for
 from refconsumer import RefConsumer
 
 pytestmark = pytest.mark.mirror
@@ -344,3 +344,30 @@ def test_mirror_cli_says_when_the_source_does_not_answer(sites):
                        "--target-pub", b.tower.pub_endpoint, "--target-sub", b.tower.sub_endpoint, "-t", "x",
                        "-X", "beacon/address=127.0.0.1", "--tower-timeout-ms", "1000")
     assert done.returncode == 1 and "the source site" in done.stderr and nowhere in done.stderr, done.stderr
+
+
+def test_a_source_site_with_curve_is_mirrored_with_its_own_keys(sites, secure_tower, keys, tmp_path):
+    """Each side has its own config: here the source site runs CurveZMQ and the mirror reads it as an
+    authorized peer (bob's key), while the target site is plain."""
+    fast = {k.replace("__", "/"): v for k, v in FAST.items()}
+    source = secure_config(secure_tower, keys, "bob").with_overrides(fast)
+    store = Store(secure_config(secure_tower, keys, "bob").with_overrides(fast), db=str(tmp_path / "secure")).start()
+    b = sites("b")
+    try:
+        producer = Producer("orders", secure_config(secure_tower, keys, "alice").with_overrides(fast))
+        for i in range(200):
+            producer.send(b"secret-%d" % i)
+        producer.flush(10)
+        mirror = Mirror(source, b.config(), Selection(topics=("orders",)), name="secure")
+        mirror.start()
+        thread = threading.Thread(target=mirror.run, name="mirror-test")
+        thread.start()
+        try:
+            wait_copied(b, "orders", producer.address, 199)
+        finally:
+            mirror.stop()
+            thread.join(30)
+        producer.close()
+        assert {o: v for (_, o), v in contents(b, "orders").items()} == {i: b"secret-%d" % i for i in range(200)}
+    finally:
+        store.stop()
