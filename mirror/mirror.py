@@ -65,7 +65,8 @@ class _NotOurs(Exception):
 
 @dataclass
 class MirrorStats:
-    records: int = 0  # copied: acked by producer/min_acks target stores
+    """What the I/O side counts (what was copied is :attr:`MirrorState.copied`)."""
+
     bytes: int = 0  # content bytes published into the target
     malformed_provenance: int = 0
     resume_failures: int = 0
@@ -227,7 +228,7 @@ class Mirror:
             return
         except BufferFull as exc:
             # The target stores stopped acking; what was sent stays sent: read the rest again from there.
-            p.next = producer.stats()["sent"]
+            self.state.rewind(p.key, producer.stats()["sent"])
             self._consumer.seek(p.address, p.next, topic=p.topic)
             log.warning("mirror %s: %s/%s waits for the target stores: %s", self.name, p.topic, p.address, exc)
             return
@@ -241,7 +242,6 @@ class Mirror:
             head = heads.get(key)
             if head is not None:
                 state.on_source_head(key, head, now)
-        self.stats.records = state.copied
         for conflict in state.tick(now):
             self._drop_producer(conflict.partition.key)
         self._source_twins()

@@ -173,6 +173,12 @@ class MirrorState:
         p.next = last + 1
         return Copy(p, first + skip, values[skip:] if skip else values)
 
+    def rewind(self, key: Key, offset: int) -> None:
+        """The target producer took records only up to ``offset - 1`` (its
+        buffer stayed full): the source is read again from ``offset``."""
+        p = self.partitions[key]
+        p.next = min(p.next, offset)
+
     def on_source_head(self, key: Key, head: int, now: float) -> None:
         p = self.partitions.get(key)
         if p is not None and head > p.source_head:

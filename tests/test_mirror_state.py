@@ -179,3 +179,12 @@ def test_owned_partitions_are_resumed_before_their_records_come():
     state.take_resumes()
     assert state.on_resumed(KEY, 41, 0.0).seek == 42
     assert state.on_records("orders", P, 0, [b"old"], 0.0) is None and state.dropped == 0
+
+
+def test_a_partition_rewinds_to_what_the_target_producer_took():
+    state = MirrorState(Selection(topics=("orders",)))
+    copying(state)
+    state.on_records("orders", P, 0, [b"a"] * 10, 0.0)
+    state.rewind(KEY, 6)  # its buffer took 0..5 only
+    copy = state.on_records("orders", P, 6, [b"b"] * 4, 0.0)
+    assert (copy.first, len(copy.values)) == (6, 4)
