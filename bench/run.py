@@ -480,6 +480,38 @@ def scenario_hold_unacked(records: int) -> dict:
         c.close()
 
 
+def scenario_store_burst(records: int) -> dict:
+    """Issue 26's measure: one producer sends ``records`` 100-byte records to one store as fast as it can
+    (min_acks 1); the store's RSS before the burst, its peak during it, and 5 s after the last ack, sampled
+    every 20 ms; then a consumer reads them all back (catch-up)."""
+    c = Cluster()
+    db = tempfile.mkdtemp(prefix="dafka-bench-burst-")
+    try:
+        store = c.store(db)
+        rss = RssSampler(store.pid)
+        time.sleep(1.0)
+        before = rss.reset()
+        p = result_of(c.spawn("producer", "--records", str(records), "--size", "100", "--min-acks", "1"),
+                      timeout=1800)
+        peak = rss.peak
+        time.sleep(5.0)
+        after = rss.current()
+        r = result_of(c.spawn("consumer", "--records", str(records), "--size", "100", "--reset", "earliest"),
+                      timeout=1800)
+        rss.stop()
+        c.stop_store(store)
+        out = {"records": records, "rss_before_mib": before, "rss_peak_mib": peak, "rss_after_5s_mib": after,
+               "ack_rate": records / p["ack_seconds"], "catchup_rate": rate_of(r), "catchup_received": r["received"]}
+        print(f"\n== one burst of {records:,} 100-byte records into one store (issue 26) ==")
+        print(f"store RSS: before {before:.0f} MiB, peak {peak:.0f} MiB (target <= 256), 5 s after the last ack "
+              f"{after:.0f} MiB = {after / before:.2f}x before (target <= 1.25x); acked {out['ack_rate']:,.0f}/s, "
+              f"catch-up {out['catchup_rate']:,.0f}/s")
+        return out
+    finally:
+        c.close()
+        shutil.rmtree(db, ignore_errors=True)
+
+
 def store_available() -> bool:
     try:
         import dafka.store  # noqa: F401
@@ -995,13 +1027,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=300_000, help="records per throughput run")
     ap.add_argument("--catchup-records", type=int, default=1_000_000, help="records stored for catch-up")
     ap.add_argument("--hold-records", type=int, default=1_000_000, help="unacked records held for the RSS run")
+    ap.add_argument("--burst-records", type=int,
+                    help="records of the one-burst store memory run (default 10 x --catchup-records)")
     ap.add_argument("--sizes", default="100,1000", help="record sizes in bytes, comma-separated")
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--skip", default="",
                     help="comma-separated scenarios to skip (store, bulk, partitions, groups, idle, hold, spark, cdc, "
-                         "mirror)")
-    ap.add_argument("--only", choices=("cdc", "mirror"), help="run only this scenario (the ceiling is not measured)")
+                         "mirror, burst)")
+    ap.add_argument("--only", choices=("cdc", "mirror", "burst"),
+                    help="run only this scenario (the ceiling is not measured)")
     ap.add_argument("--mirror-records", type=int, help="records of each mirror throughput run (default --records)")
     ap.add_argument("--mirror-catchup-records", type=int,
                     help="records the mirror catches up on after a stop (default --catchup-records; 0: none)")
@@ -1043,7 +1078,9 @@ def main(argv: list[str] | None = None) -> int:
     skip = set(filter(None, a.skip.split(",")))
     if a.only:
         only = {"cdc": lambda: scenario_cdc(a.cdc_records, a.bootstrap_rows, a.cdc_latency_seconds),
-                "mirror": lambda: scenario_mirror(a)}
+                "mirror": lambda: scenario_mirror(a),
+                "burst": lambda: scenario_store_burst(a.catchup_records * 10 if a.burst_records is None
+                                                      else a.burst_records)}
         results = {a.only: only[a.only]()}
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=2))
@@ -1105,6 +1142,9 @@ def main(argv: list[str] | None = None) -> int:
         results["cdc"] = scenario_cdc(a.cdc_records, a.bootstrap_rows, a.cdc_latency_seconds)
     if "mirror" not in skip and "store" not in skip and store_available():
         results["mirror"] = scenario_mirror(a)
+    if "burst" not in skip and "store" not in skip and store_available():
+        records = a.catchup_records * 10 if a.burst_records is None else a.burst_records
+        results["burst"] = scenario_store_burst(records)
     if "hold" not in skip:
         results["hold"] = scenario_hold_unacked(a.hold_records)
         h = results["hold"]

@@ -22,7 +22,7 @@ def test_benchmark_runs_and_reports_every_scenario(tmp_path):
     done = subprocess.run(
         [sys.executable, "-P", str(BENCH), "--records", "2000", "--catchup-records", "2000", "--hold-records", "2000",
          "--sizes", "100", "--skip", "spark", "--cdc-records", "2000", "--bootstrap-rows", "2000",
-         "--cdc-latency-seconds", "1", "--mirror-lag-seconds", "1", "--json", str(out)],
+         "--cdc-latency-seconds", "1", "--mirror-lag-seconds", "1", "--burst-records", "2000", "--json", str(out)],
         capture_output=True, text=True, timeout=430, cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -46,6 +46,9 @@ def test_benchmark_runs_and_reports_every_scenario(tmp_path):
         assert max(group["shares"]) <= -(-8 // int(members)), group["shares"]  # nobody above its share
     for process, cpu in run["direct"]["cpu_us"].items():
         assert cpu is not None and cpu > 0, process
+    burst = results["burst"]
+    assert burst["catchup_received"] == 2000 and burst["rss_before_mib"] > 0
+    assert burst["rss_peak_mib"] >= burst["rss_before_mib"] and burst["rss_after_5s_mib"] > 0
     (mirror,) = results["mirror"]["sizes"]
     assert mirror["mirror_rate"] > 0 and mirror["live_rate"] > 0 and mirror["catchup_records"] == 2000
     assert mirror["catchup_rate"] > 0 and "site A -> site B" in done.stdout
