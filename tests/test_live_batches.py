@@ -118,6 +118,7 @@ def test_send_many_publishes_a_burst_in_full_batches_and_records_to_a_reference_
         assert producer.stats()["batches_sent"] == 2  # 3000 in one RECORDS, then 10: not one each
         assert producer.send_many([b"x" * 4000] * 100) == 3010  # 400,000 bytes: two RECORDS of at most 256 KiB
         assert producer.stats()["batches_sent"] == 4
+        producer.flush(30)  # (the store has written them all: it is the one store that acks)
         expected = [b"%08d" % s for s in range(3010)] + [b"x" * 4000] * 100
         assert [(r.offset, r.value) for r in take(consumer, 3110)] == list(enumerate(expected))
         assert ref.run(lambda: ref.total() >= 3110, 30), ref.delivered
