@@ -266,13 +266,12 @@ class Mirror:
 
     def _start_resumes(self, now: float) -> None:
         for p in self.state.take_resumes():
+            if self._retry_at.get(p.key, 0.0) > now:
+                self.state.to_resume.append(p)  # (parked since its first try)
+                continue
             # Parked: the source is not read while the head is learnt (what it gave would be dropped and read
             # again, over a slow link twice the bytes); the seek to head + 1 unparks it.
             self._consumer.seek(p.address, PARKED, topic=p.topic)
-            due = self._retry_at.get(p.key, 0.0)
-            if due > now:
-                self.state.to_resume.append(p)
-                continue
             self._resuming[self._pool.submit(self._resume, p.key)] = p
 
     def _resume(self, key: Key) -> Producer:
