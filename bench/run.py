@@ -312,7 +312,7 @@ def role_refconsumer(a: argparse.Namespace) -> None:
 def role_store(a: argparse.Namespace) -> None:
     from dafka.store import Store
 
-    store = Store(config(a.sub, a.pub), db=a.db).start()
+    store = Store(config(a.sub, a.pub, **dict(kv.split("=", 1) for kv in a.set or ())), db=a.db).start()
     cpu = cpu_seconds()
     print("ready", flush=True)
     sys.stdin.readline()
@@ -381,9 +381,9 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def store(self, db: str) -> subprocess.Popen:
-        """A store process on ``db``, once it has started."""
-        store = self.spawn("store", "--db", db, stdin=True)
+    def store(self, db: str, settings: list[str] = ()) -> subprocess.Popen:
+        """A store process on ``db`` (``settings``: KEY=VALUE config), once it has started."""
+        store = self.spawn("store", "--db", db, *(arg for kv in settings for arg in ("--set", kv)), stdin=True)
         store.stdout.readline()
         return store
 
@@ -480,14 +480,16 @@ def scenario_hold_unacked(records: int) -> dict:
         c.close()
 
 
-def scenario_store_burst(records: int) -> dict:
+def scenario_store_burst(records: int, settings: list[str] = ()) -> dict:
     """Issue 26's measure: one producer sends ``records`` 100-byte records to one store as fast as it can
     (min_acks 1); the store's RSS before the burst, its peak during it, and 5 s after the last ack, sampled
-    every 20 ms; then a consumer reads them all back (catch-up)."""
+    every 20 ms; then a consumer reads them all back (catch-up).  ``settings`` (KEY=VALUE) configure the
+    store.  The rates are given against the raw ceiling measured first, in the same run."""
+    ceil = ceiling(min(records, 1_000_000), 100)
     c = Cluster()
     db = tempfile.mkdtemp(prefix="dafka-bench-burst-")
     try:
-        store = c.store(db)
+        store = c.store(db, settings)
         rss = RssSampler(store.pid)
         time.sleep(1.0)
         before = rss.reset()
@@ -499,13 +501,19 @@ def scenario_store_burst(records: int) -> dict:
         r = result_of(c.spawn("consumer", "--records", str(records), "--size", "100", "--reset", "earliest"),
                       timeout=1800)
         rss.stop()
-        c.stop_store(store)
-        out = {"records": records, "rss_before_mib": before, "rss_peak_mib": peak, "rss_after_5s_mib": after,
-               "ack_rate": records / p["ack_seconds"], "catchup_rate": rate_of(r), "catchup_received": r["received"]}
-        print(f"\n== one burst of {records:,} 100-byte records into one store (issue 26) ==")
+        s = c.stop_store(store)
+        out = {"records": records, "settings": list(settings), "rss_before_mib": before, "rss_peak_mib": peak,
+               "rss_after_5s_mib": after, "ack_rate": records / p["ack_seconds"], "catchup_rate": rate_of(r),
+               "catchup_received": r["received"], "ceiling_rate": ceil["rate"],
+               "cpu_us": {"store": s.get("cpu_us"), "producer": p.get("cpu_us"), "consumer": r.get("cpu_us")}}
+        print(f"\n== one burst of {records:,} 100-byte records into one store (issue 26)"
+              f"{' with ' + ' '.join(settings) if settings else ''} ==")
         print(f"store RSS: before {before:.0f} MiB, peak {peak:.0f} MiB (target <= 256), 5 s after the last ack "
-              f"{after:.0f} MiB = {after / before:.2f}x before (target <= 1.25x); acked {out['ack_rate']:,.0f}/s, "
-              f"catch-up {out['catchup_rate']:,.0f}/s")
+              f"{after:.0f} MiB = {after / before:.2f}x before (target <= 1.25x)")
+        print(f"{'raw pyzmq PUB/SUB ceiling':<32} {fmt_rate(ceil['rate'], ceil['rate'])}")
+        print(f"{'producer -> store, acked':<32} {fmt_rate(out['ack_rate'], ceil['rate']):<28} "
+              f"{fmt_cpu(out['cpu_us'])}")
+        print(f"{'consumer catch-up from store':<32} {fmt_rate(out['catchup_rate'], ceil['rate'])}")
         return out
     finally:
         c.close()
@@ -1029,6 +1037,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hold-records", type=int, default=1_000_000, help="unacked records held for the RSS run")
     ap.add_argument("--burst-records", type=int,
                     help="records of the one-burst store memory run (default 10 x --catchup-records)")
+    ap.add_argument("--burst-set", action="append", metavar="KEY=VALUE", default=[],
+                    help="a config key of the store in the one-burst run (repeatable), e.g. to compare "
+                         "store/block_bytes=4096 with the default")
     ap.add_argument("--sizes", default="100,1000", help="record sizes in bytes, comma-separated")
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
@@ -1036,7 +1047,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated scenarios to skip (store, bulk, partitions, groups, idle, hold, spark, cdc, "
                          "mirror, burst)")
     ap.add_argument("--only", choices=("cdc", "mirror", "burst"),
-                    help="run only this scenario (the ceiling is not measured)")
+                    help="run only this scenario (burst measures its own ceiling)")
     ap.add_argument("--mirror-records", type=int, help="records of each mirror throughput run (default --records)")
     ap.add_argument("--mirror-catchup-records", type=int,
                     help="records the mirror catches up on after a stop (default --catchup-records; 0: none)")
@@ -1052,6 +1063,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pub")
     ap.add_argument("--endpoint")
     ap.add_argument("--db")
+    ap.add_argument("--set", action="append", metavar="KEY=VALUE", help="store role: a config key")
     ap.add_argument("--reset", default="earliest")
     ap.add_argument("--address", default="127.0.0.1", help="the roles' beacon/address and bind address")
     ap.add_argument("--latency-from", type=int, default=0, help="consumer role: sample latency from this offset on")
@@ -1080,7 +1092,7 @@ def main(argv: list[str] | None = None) -> int:
         only = {"cdc": lambda: scenario_cdc(a.cdc_records, a.bootstrap_rows, a.cdc_latency_seconds),
                 "mirror": lambda: scenario_mirror(a),
                 "burst": lambda: scenario_store_burst(a.catchup_records * 10 if a.burst_records is None
-                                                      else a.burst_records)}
+                                                      else a.burst_records, a.burst_set)}
         results = {a.only: only[a.only]()}
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=2))
@@ -1144,7 +1156,7 @@ def main(argv: list[str] | None = None) -> int:
         results["mirror"] = scenario_mirror(a)
     if "burst" not in skip and "store" not in skip and store_available():
         records = a.catchup_records * 10 if a.burst_records is None else a.burst_records
-        results["burst"] = scenario_store_burst(records)
+        results["burst"] = scenario_store_burst(records, a.burst_set)
     if "hold" not in skip:
         results["hold"] = scenario_hold_unacked(a.hold_records)
         h = results["hold"]

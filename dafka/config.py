@@ -348,6 +348,27 @@ define("store/batches", "bool", 1,
 define("store/bulk", "bool", 1,
        "the store's writer asks other dafka-py stores and producers for FETCH answers in bulk; "
        "0 = RFC 46 answers only")
+define("store/receive_bytes", "int", 33554432,
+       "records the writer lets wait in its receive queue, per connected peer, before libzmq stops reading "
+       "that peer (TCP then pushes back to it); libzmq counts messages, so the queue holds "
+       "receive_bytes / 256 KiB of them, the largest a dafka-py peer sends (and at most store/high_watermark)",
+       minimum=262144, unit="bytes")
+define("store/batch_bytes", "int", 4194304,
+       "record contents the writer gathers into one LevelDB write before it writes and ACKs them",
+       minimum=1, unit="bytes")
+define("store/write_buffer_bytes", "int", 33554432,
+       "LevelDB's memtable (write_buffer_size); it holds two while one is written to disk", minimum=65536,
+       unit="bytes")
+define("store/cache_bytes", "int", 8388608, "LevelDB's block cache, for reads", minimum=0, unit="bytes")
+define("store/block_bytes", "int", 32768,
+       "LevelDB's block size (before compression): each open table keeps one index entry per block in memory",
+       minimum=1024, unit="bytes")
+define("store/max_open_files", "int", 1000,
+       "tables LevelDB keeps open, each with its index in memory (its table cache)", minimum=74, unit="files")
+define("store/memory/idle_ms", "int", 1000,
+       "after this long without a write, the store writes its memtable to disk and gives freed memory back to "
+       "the system (glibc malloc_trim), so a burst does not leave its RSS behind; -1 = never",
+       minimum=-1, unit=_MS)
 define("store/retention/ms", "int", -1, "age after which records are deleted; -1 = keep forever",
        minimum=-1, unit=_MS)
 define("store/retention/bytes", "int", -1, "size per partition above which the oldest records "

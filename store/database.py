@@ -13,16 +13,34 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
+from typing import Any
 
 import plyvel
 
 from .errors import StoreError, StoreLocked
 
-WRITE_BUFFER_BYTES = 32 * 1024 * 1024  # LevelDB memtable size: fewer, larger level-0 files under load
 
 
-def open_db(path: str) -> plyvel.DB:
-    """Open (creating if needed) the LevelDB directory ``path``.
+def leveldb_options(config: Mapping[str, Any]) -> dict[str, int]:
+    """plyvel's options from the store's keys.  Each open table keeps its index
+    block in memory (one entry per block: about 300 KiB for a 2 MiB table of
+    small, compressible records with 4 KiB blocks), so ``store/block_bytes`` and
+    ``store/max_open_files`` bound that; ``store/write_buffer_bytes`` is the
+    memtable (LevelDB holds two while one is written to disk) and
+    ``store/cache_bytes`` the block cache.  Block size is a writer's choice
+    recorded in each table: any LevelDB reads tables of any block size."""
+    return {
+        "write_buffer_size": config["store/write_buffer_bytes"],
+        "lru_cache_size": config["store/cache_bytes"],
+        "block_size": config["store/block_bytes"],
+        "max_open_files": config["store/max_open_files"],
+    }
+
+
+def open_db(path: str, options: Mapping[str, int] | None = None) -> plyvel.DB:
+    """Open (creating if needed) the LevelDB directory ``path`` with plyvel
+    ``options`` (:func:`leveldb_options`; LevelDB's defaults if None).
 
     Raises :class:`StoreLocked` if another opener holds it, :class:`StoreError`
     for anything else that keeps it from opening."""
@@ -31,7 +49,7 @@ def open_db(path: str) -> plyvel.DB:
     except OSError as exc:
         raise StoreError(f"cannot create the store database directory {path!r}: {exc}") from exc
     try:
-        return plyvel.DB(path, create_if_missing=True, write_buffer_size=WRITE_BUFFER_BYTES)
+        return plyvel.DB(path, create_if_missing=True, **(options or {}))
     except plyvel.IOError as exc:
         detail = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
         if "lock" in detail.lower():
@@ -42,10 +60,11 @@ def open_db(path: str) -> plyvel.DB:
 
 
 class SharedDB:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, options: Mapping[str, int] | None = None) -> None:
         self.path = path
+        self._options = options
         self.lock = threading.Lock()
-        self.db: plyvel.DB | None = open_db(path)
+        self.db: plyvel.DB | None = open_db(path, self._options)
         self.generation = 0
 
     def reopen(self) -> None:
@@ -59,7 +78,7 @@ class SharedDB:
                     pass
                 self.db = None
                 self.generation += 1
-            self.db = open_db(self.path)
+            self.db = open_db(self.path, self._options)
 
     def close(self) -> None:
         with self.lock:

@@ -22,7 +22,7 @@ import zmq
 from dafka.peer import ConfigLike, as_config, new_address
 
 from . import running
-from .database import SharedDB
+from .database import SharedDB, leveldb_options
 from .errors import StoreError
 from .reader import Reader
 from .writer import Writer
@@ -43,7 +43,7 @@ class Store:
         self._ctx = ctx or zmq.Context.instance()
         self.writer_address = new_address()
         self.reader_address = new_address()
-        self._db = SharedDB(self.path)
+        self._db = SharedDB(self.path, leveldb_options(self.config))
         self._started = False
         self._stopped = False
         self._stop_lock = threading.Lock()
@@ -174,6 +174,7 @@ class Store:
             "unwritten": failed.records if failed is not None else 0,
             "write_errors": w.write_errors,
             "retention_deleted": w.retention_deleted,
+            "memory_releases": w.releases,
             "fetch_answers": r.fetches,
             "records_served": r.records_sent,
             "bytes_served": r.bytes_served,

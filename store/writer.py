@@ -18,13 +18,13 @@ import time
 import plyvel
 import zmq
 
-from dafka import batching, proto
+from dafka import batching, bulk, proto
 from dafka.config import Config
 from dafka.loop import Loop
 from dafka.net import drain
 from dafka.peer import drain_records
 
-from . import keys, retention
+from . import keys, memory, retention
 from .database import SharedDB
 from .errors import StoreError
 from .role import RoleThread
@@ -32,8 +32,11 @@ from .writer_state import WriterState
 
 log = logging.getLogger(__name__)
 
-DRAIN = 100_000  # records drained into one batch per wake-up at most...
-DRAIN_STEP = 1_000  # ...taken this many messages at a time (one DIRECT-RECORDS holds many)
+DRAIN = 100_000  # records drained into one batch per wake-up at most (and store/batch_bytes)...
+DRAIN_STEP = 32  # ...taken at most this many messages at a time
+# The largest message a dafka-py peer sends a store (a burst's RECORDS, a DIRECT-RECORDS): libzmq's
+# queues count messages, so store/receive_bytes becomes a number of these.
+MESSAGE_BYTES = max(batching.BURST_BYTES, bulk.MAX_BYTES)
 TICK = 0.1  # seconds between fetch-retry checks
 HOUSEKEEPING = 1.0  # seconds between write retries / retention passes
 FETCH_RETRY = 1.0  # seconds before a FETCH without progress is repeated
@@ -57,6 +60,14 @@ class Writer(RoleThread):
         self._retains = self.retention_ms >= 0 or self.retention_bytes >= 0
         self.verbose = bool(config["store/verbose"])
         hwm = config["store/high_watermark"]
+        receive_messages = max(1, config["store/receive_bytes"] // MESSAGE_BYTES)
+        self.batch_bytes = config["store/batch_bytes"]
+        idle_ms = config["store/memory/idle_ms"]
+        self.idle_release = idle_ms / 1000 if idle_ms >= 0 else None
+        self.releases = 0
+        self._written_since_release: float | None = None  # when the last write since the last release was
+        if self.idle_release is not None:
+            memory.tune_allocator()
         self.state = WriterState(address, fetch_retry=FETCH_RETRY)
         self.write_errors = 0
         self.retention_deleted = 0
@@ -69,7 +80,7 @@ class Writer(RoleThread):
         self._pub.sndhwm = hwm
         self._pub.linger = 500  # let the last ACKs out on stop
         self._sub = ctx.socket(zmq.SUB)
-        self._sub.rcvhwm = hwm
+        self._sub.rcvhwm = min(hwm, receive_messages) if hwm else receive_messages
         self._sub.linger = 0
         prefixes = [
             proto.subscription(proto.RECORD),
@@ -128,15 +139,22 @@ class Writer(RoleThread):
         try:
             # Timers run only while they have work: fetch retries while a
             # partition waits for records, write retries while writes fail,
-            # retention when configured.  An idle store does not wake up.
+            # retention when configured, one memory release after writes.
+            # An idle store does not wake up.
             while not self._stopping:
                 now = time.monotonic()
                 timeout = max(0.0, next_tick - now) if state.awaiting else None
                 if state.failed is not None or self._retains:
                     wait = max(0.0, next_housekeeping - now)
                     timeout = wait if timeout is None else min(timeout, wait)
+                if self._written_since_release is not None:
+                    wait = max(0.0, self._written_since_release + self.idle_release - now)
+                    timeout = wait if timeout is None else min(timeout, wait)
                 loop.run_once(timeout)
                 now = time.monotonic()
+                if self._written_since_release is not None and \
+                        now >= self._written_since_release + self.idle_release:
+                    self._release_memory()
                 if state.awaiting and now >= next_tick:
                     self._tick()
                     next_tick = now + TICK
@@ -159,8 +177,17 @@ class Writer(RoleThread):
     def _on_sub(self, sock: zmq.Socket) -> None:
         state = self.state
         state.now = time.monotonic()
-        for _ in range(DRAIN // DRAIN_STEP):
-            if drain_records(sock, DRAIN_STEP, state) < DRAIN_STEP or state.staged >= DRAIN:
+        # store/batch_bytes: each step takes as many messages as the bytes left allow, at the mean size so far.
+        limit = self.batch_bytes
+        received = step = drain_records(sock, 1, state)
+        while step and state.staged < DRAIN:
+            staged = state.staged_bytes
+            if staged >= limit:
+                break
+            step = min(DRAIN_STEP, max(1, (limit - staged) * received // (staged + 1)))
+            taken = drain_records(sock, step, state)
+            received += taken
+            if taken < step:
                 break
         self._commit()
 
@@ -187,6 +214,19 @@ class Writer(RoleThread):
             state.batch_failed(batch)
         else:
             state.batch_written(batch)
+            if self.idle_release is not None:
+                self._written_since_release = time.monotonic()
+
+    def _release_memory(self) -> None:
+        """The writer has been idle for store/memory/idle_ms since its last write (see store/memory.py)."""
+        self._written_since_release = None
+        started = time.monotonic()
+        try:
+            memory.release(self._db)
+        except plyvel.Error as exc:
+            log.warning("store writer %s: could not write the memtable out (%s)", self.address, exc)
+        self.releases += 1
+        log.debug("store writer %s: memory released in %.1f ms", self.address, (time.monotonic() - started) * 1000)
 
     @property
     def _db(self) -> plyvel.DB:

@@ -182,6 +182,11 @@ class WriterState(RecordIntake):
         return self._staged
 
     @property
+    def staged_bytes(self) -> int:
+        """Record contents in the open batch."""
+        return sum(p.batch_bytes for p in self._touched)
+
+    @property
     def buffered(self) -> int:
         return sum(len(p.pending) for p in list(self.partitions.values()))
 

@@ -71,6 +71,13 @@ EXPECTED_DEFAULTS = {
     "store/fetch_inflight_bytes": 32 * 1024 * 1024,
     "store/batches": True,
     "store/bulk": True,
+    "store/receive_bytes": 33554432,
+    "store/batch_bytes": 4194304,
+    "store/write_buffer_bytes": 33554432,
+    "store/cache_bytes": 8388608,
+    "store/block_bytes": 32768,
+    "store/max_open_files": 1000,
+    "store/memory/idle_ms": 1000,
     "store/retention/ms": -1,
     "store/retention/bytes": -1,
 }

@@ -106,6 +106,19 @@ def test_contiguous_records_are_batched_then_acked_once():
     assert state.take_batch(2_000) is None
 
 
+def test_staged_bytes_count_the_open_batch_contents_of_every_partition():
+    """The writer stops draining at store/batch_bytes by this count."""
+    state = WriterState(W)
+    assert state.staged_bytes == 0
+    feed(state, 0, 1)  # b"c0", b"c1"
+    feed(state, 0, address=Q)
+    state.on_record_frames(*rec(2, b"x" * 1000))
+    feed(state, 5)  # out of order: kept aside, not in the batch
+    assert state.staged_bytes == 2 + 2 + 2 + 1000
+    state.batch_written(state.take_batch(1_000))
+    assert state.staged_bytes == 0
+
+
 def test_duplicates_are_dropped():
     state = WriterState(W)
     feed(state, 0, 1, 1, 0)

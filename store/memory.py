@@ -1,0 +1,73 @@
+"""Giving a burst's memory back to the system.
+
+A burst leaves the store's RSS far above what it holds (issue 26): libzmq's I/O
+thread allocates every message it receives and the writer thread frees it, so
+glibc spreads them over several arenas and keeps the freed space; LevelDB's
+memtable stays full until the next write fills it.  Two things fix that:
+
+* :func:`tune_allocator`: blocks of 64 KiB and more (libzmq's batched
+  messages, LevelDB's write batches and memtable arenas) are mmapped, and so
+  unmapped when freed.  glibc would otherwise raise that threshold to 32 MiB
+  after the first such free, and keep them in its heaps.  It is process-wide
+  and set once.
+* :func:`release`, when the writer has been idle for ``store/memory/idle_ms``:
+  the memtable is written to disk, then ``malloc_trim(0)`` returns the free
+  pages of every arena.  It takes about 10-20 ms, once per burst.
+
+On a C library without these calls (musl, macOS) both do nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import threading
+
+import plyvel
+
+log = logging.getLogger(__name__)
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MMAP_THRESHOLD = 64 * 1024
+
+# A key after every key the store writes (they start with a printable prefix byte, store/keys.py):
+# compacting this empty range makes LevelDB write its memtable, and nothing else.
+_PAST_EVERY_KEY = b"\xff" * 8
+
+_lock = threading.Lock()
+_libc: ctypes.CDLL | None = None
+_tuned = False
+
+
+def _glibc() -> ctypes.CDLL | None:
+    global _libc
+    if _libc is None:
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            libc.malloc_trim, libc.mallopt  # noqa: B018 - both exist only in glibc
+        except (OSError, AttributeError):
+            return None
+        _libc = libc
+    return _libc
+
+
+def tune_allocator() -> bool:
+    """mmap every allocation of :data:`MMAP_THRESHOLD` bytes and more; True if applied."""
+    global _tuned
+    with _lock:
+        if not _tuned:
+            libc = _glibc()
+            _tuned = libc is not None and libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+            if not _tuned:
+                log.debug("store: no glibc mallopt; the allocator keeps its own thresholds")
+        return _tuned
+
+
+def release(db: plyvel.DB | None) -> None:
+    """Write LevelDB's memtable to disk and return free heap pages to the system."""
+    if db is not None:
+        db.compact_range(start=_PAST_EVERY_KEY, stop=_PAST_EVERY_KEY + b"\xff")
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
