@@ -60,6 +60,10 @@ class InflightLedger:
         else:
             self._listeners.discard(requester)
 
+    def listens(self, requester: str) -> bool:
+        """True while ``requester`` is subscribed to its DIRECT-RECORDs."""
+        return requester in self._listeners
+
     def room(self, requester: str) -> int:
         """Bytes that may still be sent to ``requester`` (<= 0: none)."""
         if not self.limit or requester not in self._listeners:

@@ -45,6 +45,7 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dafka_answered_bytes": ("counter", "bytes of FETCH answers sent, framing included", ()),
     "dafka_fetches_received": ("counter", "FETCHes received", ()),
     "dafka_fetches_sent": ("counter", "FETCHes sent", ()),
+    "dafka_fetches_unheard": ("counter", "FETCHes a store dropped because nobody subscribed to their answers", ()),
     "dafka_malformed_frames": ("counter", "malformed messages dropped", ()),
     "dafka_write_errors": ("counter", "failed database writes (the store retries them)", ()),
     "dafka_live_peers": ("gauge", "peers this peer is connected to (a tower: the live peers it relays)", ()),
@@ -211,6 +212,7 @@ def _store(store: Any, families: _Families, cap: int) -> None:
     families.add("dafka_records_answered", reader, stats["records_served"])
     families.add("dafka_answered_bytes", reader, stats["bytes_served"])
     families.add("dafka_fetches_received", reader, stats["fetches_received"])
+    families.add("dafka_fetches_unheard", reader, stats["fetches_unheard"])
     families.add("dafka_malformed_frames", reader, stats["reader_malformed"])
     families.add("dafka_live_peers", reader, stats["reader_peers"])
     families.add("dafka_inflight_bytes", reader, stats["inflight_bytes"])

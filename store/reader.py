@@ -22,6 +22,9 @@ reference.
   ``store/fetch_inflight_bytes`` of answers in flight (:mod:`dafka.inflight`):
   beyond that its answers pause until its next FETCH shows what arrived, so a
   requester that asks and never reads costs a bounded amount of memory.
+  A FETCH from a requester not subscribed to its answers waits
+  :data:`UNHEARD_WAIT` for that subscription, then is dropped (rfc 6.7): nobody
+  could read the answer, and serving it would cost reads and CPU for nothing.
 * GET-HEADS and each subject of a CONSUMER-HELLO: a DIRECT-HEAD per partition
   of exactly that subject (the reference matches a prefix: ``hello`` also
   answered ``hello2``).
@@ -56,6 +59,8 @@ STALL_TIMEOUT = 10.0  # seconds an answer may wait for room (pipe or budget) bef
 _STALL_POLL = 0.005  # seconds between attempts while every answer waits for room in a pipe
 _PAUSE_CHECK = 1.0  # seconds between looks at answers paused by the budget (only to drop old ones)
 PACE_RETRY = 1.0  # seconds between DIRECT-HEADs to a paused requester without bulk answers
+UNHEARD_WAIT = 5.0  # seconds a FETCH waits for its requester to subscribe to the answers before it is dropped
+UNHEARD_MAX = 10_000  # FETCHes waiting so at most (the oldest are dropped first)
 
 _SNDMORE_NOBLOCK = zmq.SNDMORE | zmq.NOBLOCK
 
@@ -172,6 +177,9 @@ class Reader(RoleThread):
         self.dropped = 0  # answers abandoned or messages not sent for lack of room
         self.paused = 0  # times an answer paused on its requester's budget
         self.abandoned = 0  # answers stopped because their requester went away
+        self.unheard = 0  # FETCHes dropped: nobody subscribed to their answers
+        # FETCHes from requesters not (yet) subscribed to their answers, by answer key: (deadline, FETCH)
+        self._waiting: dict[tuple[str, str, str], tuple[float, proto.FetchMsg]] = {}
 
     # -- the thread -----------------------------------------------------------
 
@@ -185,7 +193,11 @@ class Reader(RoleThread):
         try:
             while not self._stopping:
                 timeout = self._wait_for_answers()
+                if self._waiting:
+                    timeout = _PAUSE_CHECK if timeout is None else min(timeout, _PAUSE_CHECK)
                 loop.run_once(timeout)
+                if self._waiting:
+                    self._drop_unheard(time.monotonic())
                 if self._answers and not self._stopping:
                     with self._shared.lock:
                         if self._db_ready():
@@ -255,10 +267,14 @@ class Reader(RoleThread):
                 self._ledger.listening(sub.topic, sub.subscribe)
                 if not sub.subscribe:
                     self._abandon(sub.topic)
+                elif self._waiting:
+                    self._heard_from(sub.topic)
                 continue
             if self._bulk.on_subscription(sub):
                 if not sub.subscribe and sub.msg_id == proto.DIRECT_RECORDS:
                     self._abandon(sub.topic)
+                elif sub.subscribe and self._waiting:
+                    self._heard_from(sub.topic)
                 continue
             if sub.subscribe and sub.msg_id == proto.STORE_HELLO and sub.topic:
                 try:
@@ -367,6 +383,34 @@ class Reader(RoleThread):
         self.fetches_received += 1
         if not (keys.valid_name(keys.to_bytes(msg.subject)) and keys.valid_name(keys.to_bytes(msg.topic))):
             return
+        if not (self._ledger.listens(msg.address) or msg.address in self._bulk.records):
+            # Nobody could get the answer: its requester has not subscribed to it yet (its FETCH may
+            # overtake its subscription, on another connection), or never will (it left, or never was).
+            key = (msg.address, msg.subject, msg.topic)
+            self._waiting.pop(key, None)
+            self._waiting[key] = (time.monotonic() + UNHEARD_WAIT, msg)
+            if len(self._waiting) > UNHEARD_MAX:
+                del self._waiting[next(iter(self._waiting))]
+                self.unheard += 1
+            return
+        self._answer(msg)
+
+    def _heard_from(self, requester: str) -> None:
+        """``requester`` subscribed to its answers: answer the FETCHes it sent before."""
+        for key in [key for key in self._waiting if key[0] == requester]:
+            self._answer(self._waiting.pop(key)[1])
+
+    def _drop_unheard(self, now: float) -> None:
+        """Drop the FETCHes whose requester has not subscribed within UNHEARD_WAIT (oldest first)."""
+        waiting = self._waiting
+        while waiting:
+            key = next(iter(waiting))
+            if waiting[key][0] > now:
+                return
+            del waiting[key]
+            self.unheard += 1
+
+    def _answer(self, msg: proto.FetchMsg) -> None:
         try:
             answer = _Answer(msg.address, msg.subject, msg.topic, msg.sequence, msg.count,
                              msg.address in self._bulk.records)

@@ -187,6 +187,7 @@ class Store:
             "answers_dropped": r.dropped,
             "answers_paused": r.paused,
             "answers_abandoned": r.abandoned,
+            "fetches_unheard": r.unheard,
             "inflight_bytes": r.inflight_bytes,
             "malformed": s.malformed + r.malformed,
             "writer_malformed": s.malformed,

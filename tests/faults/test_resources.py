@@ -187,3 +187,67 @@ def test_fetch_flood_does_not_grow_a_producer_without_bound(cluster, tower, floo
     assert numbers["records_to_readers"] > 0, "the flood never reached the producer"
     assert producer.alive()
     assert numbers["growth_mib"] < 200, numbers
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (/proc/<pid>/stat), in seconds."""
+    import os
+
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_share(pid: int, seconds: float) -> float:
+    """The share of one core the process used over the next ``seconds``."""
+    before = cpu_seconds(pid)
+    time.sleep(seconds)
+    return (cpu_seconds(pid) - before) / seconds
+
+
+@pytest.mark.timeout(120)
+def test_a_store_serves_nobody_for_requesters_that_never_listen_or_leave(cluster, tower, flood_peer, tmp_path):
+    """Issue 24: FETCHes whose requester never subscribed to the answers ("phantoms")
+    are held UNHEARD_WAIT for the subscription, then dropped unanswered; a requester
+    that leaves in the middle of its answer stops costing anything."""
+    from dafka.store.reader import UNHEARD_WAIT
+
+    partition = addr()
+    db = tmp_path / "phantoms.db"
+    prefill(db, partition)
+    store = cluster.store("s", db=db)
+    reader = store.wait_ready()[2]
+    wait_for(lambda: flood_peer.subscribed(b"F"), 10, what="the reader subscribes F")
+    time.sleep(1.0)  # the store settles after its start
+    idle = cpu_share(store.pid, 1.0)
+
+    # 200 phantoms ask for the whole partition, 3 times.
+    flood = Flood(flood_peer, endpoint_of(tower, reader), partition, slow=0, reading=0, phantom=200)
+    try:
+        for round_ in range(3):
+            flood.fire(round_)
+            time.sleep(0.2)
+        store.wait_stat(lambda s: s.get("fetches_received", 0) >= 600, 10, "the phantoms' FETCHes")
+        busy = cpu_share(store.pid, 1.0)
+        assert store.stat("records_served") == 0
+        store.wait_stat(lambda s: s.get("fetches_unheard", 0) == 200, UNHEARD_WAIT + 5, "the phantoms dropped")
+    finally:
+        flood.close()
+
+    # A requester that reads part of its answer, then leaves.
+    leaving = Flood(flood_peer, endpoint_of(tower, reader), partition, slow=0, reading=1, phantom=0)
+    try:
+        time.sleep(0.5)  # its SUB connects and subscribes
+        leaving.fire(0)
+        wait_for(lambda: leaving.received >= 1_000, 10, what="the leaving requester reads")
+    finally:
+        leaving.close()  # its SUB closes: the store sees the unsubscription
+    store.wait_stat(lambda s: s.get("answers_abandoned", 0) >= 1, 10, "the answer abandoned")
+    served = store.stat("records_served")
+    time.sleep(0.5)
+    after = cpu_share(store.pid, 2.0)
+    print(f"store CPU: idle {idle:.1%}, with 200 phantoms {busy:.1%}, after the reader left {after:.1%}; "
+          f"records served {served:,} of {N:,}")
+    assert served < N
+    assert store.stat("records_served") == served
+    assert busy < 0.25 and after < 0.05 + idle
