@@ -369,6 +369,12 @@ define("store/memory/idle_ms", "int", 1000,
        "after this long without a write, the store writes its memtable to disk and gives freed memory back to "
        "the system (glibc malloc_trim), so a burst does not leave its RSS behind; -1 = never",
        minimum=-1, unit=_MS)
+define("store/offsets/compact", "bool", 1,
+       "in the offsets topics of consumer groups (__dafka_offsets.*), keep only each partition's newest record "
+       "once it is a snapshot of the member's commits (rfc 14.6)")
+define("store/offsets/retention_ms", "int", 604800000,
+       "delete whole a partition of an offsets topic whose member has been silent this long, unless it is the "
+       "topic's newest (Kafka's offsets.retention.minutes); -1 = never", minimum=-1, unit=_MS)
 define("store/retention/ms", "int", -1, "age after which records are deleted; -1 = keep forever",
        minimum=-1, unit=_MS)
 define("store/retention/bytes", "int", -1, "size per partition above which the oldest records "

@@ -54,16 +54,21 @@ def weight(group: str, topic: str, partition: str, member: str) -> int:
     return int.from_bytes(blake2b(raw, digest_size=8).digest(), "big")
 
 
-def encode_commits(member: str, offsets: dict[Key, int]) -> bytes:
-    """A record of the offsets topic: ``[member, [[topic, partition, offset], ...]]`` in msgpack."""
-    return msgpack.packb([member, [[topic, partition, offset] for (topic, partition), offset in offsets.items()]])
+SNAPSHOT = 1  # the third element of a commit record that holds the member's whole view (rfc 14.6)
+
+
+def encode_commits(member: str, offsets: dict[Key, int], snapshot: bool = False) -> bytes:
+    """A record of the offsets topic: ``[member, [[topic, partition, offset], ...]]`` in msgpack, with a
+    third element :data:`SNAPSHOT` when ``offsets`` is the member's whole view of the group's commits."""
+    entries = [[topic, partition, offset] for (topic, partition), offset in offsets.items()]
+    return msgpack.packb([member, entries, SNAPSHOT] if snapshot else [member, entries])
 
 
 def decode_commits(value: bytes) -> tuple[str, dict[Key, int]]:
     """The member and the commits in a record of the offsets topic; ValueError if it is not one."""
     try:
-        member, entries = msgpack.unpackb(value)
-        if not isinstance(member, str):
+        member, entries, *flags = msgpack.unpackb(value)
+        if not isinstance(member, str) or len(flags) > 1:
             raise ValueError("bad member")
         out = {}
         for topic, partition, offset in entries:
@@ -74,6 +79,15 @@ def decode_commits(value: bytes) -> tuple[str, dict[Key, int]]:
         return member, out
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise ValueError(f"not a commit record: {exc}") from None
+
+
+def is_snapshot(value: bytes) -> bool:
+    """True if ``value`` is a commit record that supersedes every earlier one of its partition."""
+    try:
+        decoded = msgpack.unpackb(value)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return False
+    return isinstance(decoded, list) and len(decoded) == 3 and decoded[2] == SNAPSHOT
 
 
 @dataclass

@@ -172,7 +172,9 @@ class Membership:
             offsets = {key: positions[key] for key in wanted if key in positions}
         moved = self.state.commit(offsets, time.monotonic())
         if moved:
-            self._producer.send(encode_commits(self.state.address, moved))
+            # The whole view, not only what moved: the stores then keep only this partition's newest record
+            # and, in time, only the group's newest partition (store/compaction.py, rfc 14.6).
+            self._producer.send(encode_commits(self.state.address, dict(self.state.committed), snapshot=True))
         return moved
 
     def commit_if_due(self) -> None:

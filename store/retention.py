@@ -70,14 +70,15 @@ def plan(
     for p in partitions:
         if budget <= 0:
             break
-        cut = _plan_partition(db, p, now_ms, retention_ms, retention_bytes, budget)
+        cut = plan_partition(db, p, now_ms, retention_ms, retention_bytes, budget)
         if cut is not None:
             cuts.append(cut)
             budget -= cut.deleted
     return cuts
 
 
-def _plan_partition(db, p: Partition, now_ms: int, retention_ms: int, retention_bytes: int, budget: int) -> Cut | None:
+def plan_partition(db, p: Partition, now_ms: int, retention_ms: int, retention_bytes: int, budget: int) -> Cut | None:
+    """The deletion due in ``p`` (see :func:`plan`), or None."""
     cap = p.written - 1  # never delete the head record
     if cap < 0:
         return None

@@ -175,6 +175,8 @@ class Store:
             "write_errors": w.write_errors,
             "retention_deleted": w.retention_deleted,
             "memory_releases": w.releases,
+            "offsets_compacted": w.compacted,
+            "offsets_expired": w.expired,
             "fetch_answers": r.fetches,
             "records_served": r.records_sent,
             "bytes_served": r.bytes_served,

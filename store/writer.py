@@ -24,7 +24,7 @@ from dafka.loop import Loop
 from dafka.net import drain
 from dafka.peer import drain_records
 
-from . import keys, memory, retention
+from . import compaction, keys, memory, retention
 from .database import SharedDB
 from .errors import StoreError
 from .role import RoleThread
@@ -39,6 +39,7 @@ DRAIN_STEP = 32  # ...taken at most this many messages at a time
 MESSAGE_BYTES = max(batching.BURST_BYTES, bulk.MAX_BYTES)
 TICK = 0.1  # seconds between fetch-retry checks
 HOUSEKEEPING = 1.0  # seconds between write retries / retention passes
+BACKLOG_PASS = 0.05  # ...or while a pass left work for the next one
 FETCH_RETRY = 1.0  # seconds before a FETCH without progress is repeated
 
 
@@ -58,6 +59,14 @@ class Writer(RoleThread):
         self.retention_ms = config["store/retention/ms"]
         self.retention_bytes = config["store/retention/bytes"]
         self._retains = self.retention_ms >= 0 or self.retention_bytes >= 0
+        self._compacts = bool(config["store/offsets/compact"])
+        self.offsets_retention_ms = config["store/offsets/retention_ms"]
+        self.compacted = 0  # offsets-topic records deleted as superseded
+        self.expired = 0  # offsets-topic partitions deleted whole
+        self._offsets_known = (-1, False)  # (partitions, whether one is of an offsets topic) at the last look
+        # Looking for expired offsets partitions reads each one's newest stamp: once a minute is enough.
+        self._expiry_every = max(0.1, min(60.0, self.offsets_retention_ms / 2000))
+        self._next_expiry = 0.0
         self.verbose = bool(config["store/verbose"])
         hwm = config["store/high_watermark"]
         receive_messages = max(1, config["store/receive_bytes"] // MESSAGE_BYTES)
@@ -144,7 +153,7 @@ class Writer(RoleThread):
             while not self._stopping:
                 now = time.monotonic()
                 timeout = max(0.0, next_tick - now) if state.awaiting else None
-                if state.failed is not None or self._retains:
+                if state.failed is not None or self._retains or self._has_offsets():
                     wait = max(0.0, next_housekeeping - now)
                     timeout = wait if timeout is None else min(timeout, wait)
                 if self._written_since_release is not None:
@@ -161,8 +170,8 @@ class Writer(RoleThread):
                 elif not state.awaiting:
                     next_tick = now  # the first gap is looked at after its fetch_retry, from the tick
                 if now >= next_housekeeping:
-                    self._housekeeping()
-                    next_housekeeping = now + HOUSEKEEPING
+                    more = self._housekeeping()
+                    next_housekeeping = now + (BACKLOG_PASS if more else HOUSEKEEPING)
             self._commit()
             if self.state.failed is not None:
                 self._write(self.state.failed)
@@ -279,14 +288,67 @@ class Writer(RoleThread):
         self.state.tick(time.monotonic())
         self._flush_out()
 
-    def _housekeeping(self) -> None:
+    def _housekeeping(self) -> bool:
+        """Write retries, retention, offsets compaction; True if a pass left work for the next."""
         state = self.state
         if state.failed is not None:
             self._write(state.failed)
             self._flush_out()
-            return
+            return False
         if self.retention_ms >= 0 or self.retention_bytes >= 0:
             self._retention()
+        return self._compacts and self._compact_offsets()
+
+    def _has_offsets(self) -> bool:
+        """True if the offsets topics need the housekeeping timer: some partition of one is in the database."""
+        partitions = self.state.partitions
+        count, found = self._offsets_known
+        if count != len(partitions):
+            found = self._compacts and any(compaction.is_offsets(p) for p in list(partitions.values()))
+            self._offsets_known = (len(partitions), found)
+        return found
+
+    def _compact_offsets(self) -> bool:
+        """rfc 14.6: superseded commit records go, then partitions of members long gone (store/compaction.py).
+        True if the budget of one pass was used up."""
+        partitions = [p for p in self.state.partitions.values() if compaction.is_offsets(p)]
+        if not partitions:
+            return False
+        now_ms, now = int(time.time() * 1000), time.monotonic()
+        cuts = compaction.plan(self._db, partitions, now_ms)
+        gone = []
+        if now >= self._next_expiry:
+            self._next_expiry = now + self._expiry_every
+            gone = compaction.expired(self._db, partitions, now_ms, self.offsets_retention_ms, now)
+        if not cuts and not gone:
+            return False
+        if not self._write_cuts(cuts, "offsets compaction",
+                                [key for p in gone for key in compaction.partition_keys(self._db, p)]):
+            return False
+        for cut in cuts:
+            self.compacted += cut.deleted
+        for p in gone:
+            self.state.forget(p)
+            self.expired += 1
+            log.info("store: deleted %s/%s, a consumer group member silent for %d ms",
+                     p.subject, p.address, self.offsets_retention_ms)
+        return sum(cut.deleted for cut in cuts) >= retention.DEFAULT_BUDGET
+
+    def _write_cuts(self, cuts: list[retention.Cut], what: str, deletes: list[bytes] = ()) -> bool:
+        """Write the deletions (and stamp rewrites) of ``cuts``, and ``deletes``, in one batch, then update the
+        partitions' bookkeeping; False (logged, retried by the next pass) if the write failed."""
+        puts = [kv for cut in cuts for kv in cut.puts]
+        try:
+            self._write_checked([k for k, _ in puts], [v for _, v in puts],
+                                [key for cut in cuts for key in cut.deletes] + list(deletes))
+        except (plyvel.Error, OSError, StoreError) as exc:
+            self.write_errors += 1
+            self.last_error = str(exc)
+            log.error("store writer %s: %s could not delete records (%s); will retry", self.address, what, exc)
+            return False
+        for cut in cuts:
+            retention.applied(cut)
+        return True
 
     def _retention(self) -> None:
         cuts = retention.plan(
@@ -295,17 +357,9 @@ class Writer(RoleThread):
         )
         if not cuts:
             return
-        deletes = [key for cut in cuts for key in cut.deletes]
-        puts = [kv for cut in cuts for kv in cut.puts]
-        try:
-            self._write_checked([k for k, _ in puts], [v for _, v in puts], deletes)
-        except (plyvel.Error, OSError, StoreError) as exc:
-            self.write_errors += 1
-            self.last_error = str(exc)
-            log.error("store writer %s: retention could not delete records (%s); will retry", self.address, exc)
+        if not self._write_cuts(cuts, "retention"):
             return
         for cut in cuts:
-            retention.applied(cut)
             self.retention_deleted += cut.deleted
             log.log(
                 logging.INFO if self.verbose else logging.DEBUG,

@@ -51,7 +51,7 @@ class Partition:
         "head", "written", "known_head", "pending",
         "fetch_seq", "fetch_end", "fetched_at", "progress_at", "tick_head", "tail_hint",
         "batch_first", "batch_bytes", "stamp_first", "stamp_last", "stamp_start_ms", "stamp_bytes",
-        "total_bytes", "record_size",
+        "total_bytes", "record_size", "compacted", "heard",
     )
 
     def __init__(self, subject: str, address: str, head: int = -1) -> None:
@@ -79,6 +79,8 @@ class Partition:
         self.stamp_bytes = 0
         self.total_bytes = 0  # content bytes stored (exact only when loaded from stamps)
         self.record_size = -1  # estimated content size, sampled from the open batch when fetching
+        self.compacted = -1  # offsets topics: the head the last compaction pass looked at (store/compaction.py)
+        self.heard = float("-inf")  # when its producer's last HEAD came (monotonic)
 
     def __repr__(self) -> str:
         return f"<Partition {self.subject}/{self.address} head={self.head} written={self.written}>"
@@ -164,6 +166,14 @@ class WriterState(RecordIntake):
             log.debug("store writer %s: new partition %s/%s", self.address, subject, address)
         return p
 
+    def forget(self, p: Partition) -> None:
+        """``p`` was deleted from the database (an expired offsets partition)."""
+        self.partitions.pop((p.subject, p.address), None)
+        for prefix, known in list(self.record_prefixes.items()):
+            if known is p:
+                del self.record_prefixes[prefix]
+        self.awaiting.discard(p)
+
     def ask_heads(self) -> None:
         """GET-HEADS for every topic (an empty subject), to the other stores:
         a store that restarts empty, or missed records while it was down,
@@ -234,6 +244,7 @@ class WriterState(RecordIntake):
         elif kind is proto.HeadMsg:
             p = self._partition(msg.subject, msg.address)
             if p is not None:
+                p.heard = self.now  # its producer is alive
                 self._on_head(p, msg.sequence)
         elif kind is proto.DirectHeadMsg or kind is proto.DirectPartitionsMsg:
             for subject, address, head in self.store_heads(msg):  # other stores' heads, answering our GET-HEADS

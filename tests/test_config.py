@@ -78,6 +78,8 @@ EXPECTED_DEFAULTS = {
     "store/block_bytes": 32768,
     "store/max_open_files": 1000,
     "store/memory/idle_ms": 1000,
+    "store/offsets/compact": True,
+    "store/offsets/retention_ms": 604800000,
     "store/retention/ms": -1,
     "store/retention/bytes": -1,
 }
