@@ -305,6 +305,11 @@ define("producer/max_unacked_bytes", "int", 134217728,
        "content bytes held unacknowledged before send blocks", minimum=1, unit="bytes")
 define("producer/max_record_bytes", "int", 1048576, "largest record content send accepts",
        minimum=0, unit="bytes")
+define("producer/send_bytes", "int", 268435456,
+       "records a producer's socket queues for one subscriber that reads too slowly; beyond it that subscriber's "
+       "records are dropped and it fetches them again; libzmq counts messages, so the queue holds "
+       "send_bytes / 256 KiB of them, the largest a dafka-py peer sends (and at most producer/high_watermark); "
+       "keep it above producer/max_unacked_bytes, so that a store's queue never drops", minimum=262144, unit="bytes")
 define("producer/send_timeout", "int", 60000, "how long send blocks while the buffer is full",
        minimum=0, unit=_MS)
 define("producer/close_timeout", "int", 30000, "how long close waits for outstanding ACKs",
@@ -315,6 +320,11 @@ define("producer/fetch_inflight_bytes", "int", 33554432,
 define("producer/resume_timeout", "int", 10000,
        "how long a resuming producer (resume=True) waits for the stores' heads of its partition, and for "
        "another process beaconing its address to expire, before it gives up", minimum=1, unit=_MS)
+define("consumer/receive_bytes", "int", 268435456,
+       "records a consumer lets wait in its receive queue, per connected peer, before libzmq stops reading that "
+       "peer (TCP then pushes back to it; what its queue drops is fetched again); libzmq counts messages, so "
+       "the queue holds receive_bytes / 256 KiB of them, the largest a dafka-py peer sends (and at most "
+       "consumer/high_watermark)", minimum=262144, unit="bytes")
 define("consumer/fetch_max_bytes", "int", 8388608,
        "how much one FETCH asks for at most, estimated from the partition's recent records",
        minimum=1, unit="bytes")

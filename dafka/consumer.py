@@ -22,7 +22,7 @@ from .group import Key, offsets_topic
 from .loop import Loop
 from .membership import Callback, ConsumerRebalanceListener, Membership
 from .offsets import OffsetJournal
-from .peer import ConfigLike, DataSocket, PeerLinks, as_config, drain_records, new_address
+from .peer import ConfigLike, DataSocket, PeerLinks, as_config, drain_records, new_address, queue_messages
 from .records import Record, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ class Consumer:
         self._xpub.sndhwm = c["consumer/high_watermark"]
         self._xpub.linger = 0
         self._sub = self._ctx.socket(zmq.SUB)
-        self._sub.rcvhwm = c["consumer/high_watermark"]
+        self._sub.rcvhwm = queue_messages(c["consumer/receive_bytes"], c["consumer/high_watermark"])
         self._sub.linger = 0
         for prefix in self._state.own_subscriptions():
             self._sub.setsockopt(zmq.SUBSCRIBE, prefix)

@@ -11,7 +11,7 @@ from typing import Iterator, Mapping, Union
 
 import zmq
 
-from . import net, proto
+from . import batching, bulk, net, proto
 from .beacon import CONNECT, Beacon
 from .config import Config
 from .intake import RecordIntake
@@ -28,6 +28,16 @@ raw_send = zmq.backend.Socket.send
 # Frames at least this big are sent without a copy (raw_send(sock, data, flags, False)):
 # libzmq keeps a reference to the bytes object until it has sent them.
 ZERO_COPY_BYTES = 65536
+# The largest message a dafka-py peer sends: a burst's RECORDS, or a DIRECT-RECORDS.
+MAX_MESSAGE_BYTES = max(batching.BURST_BYTES, bulk.MAX_BYTES)
+
+
+def queue_messages(nbytes: int, hwm: int) -> int:
+    """The high-water mark that keeps one libzmq queue (one per connected peer)
+    within ``nbytes``: libzmq counts messages, so as many of the largest
+    messages as fit, and at most ``hwm`` (0: no limit of its own)."""
+    fit = max(1, nbytes // MAX_MESSAGE_BYTES)
+    return min(hwm, fit) if hwm else fit
 
 
 def read_subscriptions(xpub: zmq.Socket) -> Iterator[proto.Subscription | None]:

@@ -23,7 +23,7 @@ from .errors import BufferFull, Closed, FlushTimeout, PartitionClaimed, RecordTo
 from .loop import Loop
 from .net import drain, wake_pipe
 from .peer import ConfigLike, DataSocket, as_config, connect, is_tagged_producer, new_address, read_subscriptions
-from .peer import ZERO_COPY_BYTES
+from .peer import ZERO_COPY_BYTES, queue_messages
 from .peer import raw_send as _raw_send
 from .producer_state import ProducerState
 from .records import RecordMetadata
@@ -143,7 +143,7 @@ class Producer:
         self._ctx = ctx or zmq.Context.instance()
         self._pub = self._ctx.socket(zmq.XPUB)
         self._pub.setsockopt(zmq.XPUB_VERBOSER, 1)  # every (un)subscription: who reads RECORDS (dafka.batching)
-        self._pub.sndhwm = c["producer/high_watermark"]
+        self._pub.sndhwm = queue_messages(c["producer/send_bytes"], c["producer/high_watermark"])
         self._pub.linger = 1000
         # A resuming producer asks for its head under a temporary address (dafka.resume, rule 5).
         self._requester = new_address() if resume else self.address

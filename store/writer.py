@@ -18,11 +18,11 @@ import time
 import plyvel
 import zmq
 
-from dafka import batching, bulk, proto
+from dafka import batching, proto
 from dafka.config import Config
 from dafka.loop import Loop
 from dafka.net import drain
-from dafka.peer import drain_records
+from dafka.peer import drain_records, queue_messages
 
 from . import compaction, keys, memory, retention
 from .database import SharedDB
@@ -34,9 +34,6 @@ log = logging.getLogger(__name__)
 
 DRAIN = 100_000  # records drained into one batch per wake-up at most (and store/batch_bytes)...
 DRAIN_STEP = 32  # ...taken at most this many messages at a time
-# The largest message a dafka-py peer sends a store (a burst's RECORDS, a DIRECT-RECORDS): libzmq's
-# queues count messages, so store/receive_bytes becomes a number of these.
-MESSAGE_BYTES = max(batching.BURST_BYTES, bulk.MAX_BYTES)
 TICK = 0.1  # seconds between fetch-retry checks
 HOUSEKEEPING = 1.0  # seconds between write retries / retention passes
 BACKLOG_PASS = 0.05  # ...or while a pass left work for the next one
@@ -69,7 +66,6 @@ class Writer(RoleThread):
         self._next_expiry = 0.0
         self.verbose = bool(config["store/verbose"])
         hwm = config["store/high_watermark"]
-        receive_messages = max(1, config["store/receive_bytes"] // MESSAGE_BYTES)
         self.batch_bytes = config["store/batch_bytes"]
         idle_ms = config["store/memory/idle_ms"]
         self.idle_release = idle_ms / 1000 if idle_ms >= 0 else None
@@ -89,7 +85,7 @@ class Writer(RoleThread):
         self._pub.sndhwm = hwm
         self._pub.linger = 500  # let the last ACKs out on stop
         self._sub = ctx.socket(zmq.SUB)
-        self._sub.rcvhwm = min(hwm, receive_messages) if hwm else receive_messages
+        self._sub.rcvhwm = queue_messages(config["store/receive_bytes"], hwm)
         self._sub.linger = 0
         prefixes = [
             proto.subscription(proto.RECORD),

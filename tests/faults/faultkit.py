@@ -227,7 +227,7 @@ class Cluster:
         return role
 
     def consumer(self, name: str, topic: str, *, offsets: bool = False, reset: str = "earliest",
-                 group: str | None = None, **config) -> Role:
+                 group: str | None = None, slow_seconds: float = 0.0, **config) -> Role:
         runs = self.runs.setdefault(name, [])
         log = self.dir / f"{name}.run{len(runs) + 1}.consumer.log"
         offsets_path = self.dir / f"{name}.offsets" if offsets else None
@@ -236,6 +236,8 @@ class Cluster:
             args += ["--offsets", str(offsets_path)]
         if group is not None:
             args += ["--group", group]
+        if slow_seconds:
+            args += ["--slow-seconds", str(slow_seconds)]
         role = self._start("consumer", name, args, log, offsets_path)
         runs.append(role)
         role.wait_ready()

@@ -199,9 +199,14 @@ def run_consumer(args) -> int:
     print(f"ready {consumer.address}", flush=True)
     delivered = 0
     next_stats = 0.0
+    slow_until = None
     while not stop:
         record = consumer.poll(args.poll)
         if record is not None:
+            if slow_until is None:
+                slow_until = time.monotonic() + args.slow_seconds
+            if time.monotonic() < slow_until:
+                time.sleep(args.slow_delay)
             # Logged before the next poll, which commits this record to the offsets journal.
             partition = encode_value(record.partition.encode("utf-8", "surrogateescape"))
             log(f"{partition} {record.offset} {encode_value(record.value)}")
@@ -297,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--group", help="consumer group (Consumer(group=...)): commits on close")
     c.add_argument("--reset", choices=("earliest", "latest"))
     c.add_argument("--poll", type=float, default=0.2)
+    c.add_argument("--slow-seconds", type=float, default=0.0, help="read slowly for this long after the first record")
+    c.add_argument("--slow-delay", type=float, default=0.002, help="...sleeping this long after each record")
 
     s = sub.add_parser("store", parents=[common])
     s.add_argument("--db", required=True)

@@ -251,3 +251,66 @@ def test_a_store_serves_nobody_for_requesters_that_never_listen_or_leave(cluster
     assert served < N
     assert store.stat("records_served") == served
     assert busy < 0.25 and after < 0.05 + idle
+
+
+class PeakRss(threading.Thread):
+    """The RSS of some roles every 20 ms: their growth over their first sample."""
+
+    def __init__(self, **roles) -> None:
+        super().__init__(daemon=True)
+        self.roles = roles
+        self.base = {name: role.rss_kib() for name, role in roles.items()}
+        self.peak = dict(self.base)
+        self._done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self._done.wait(0.02):
+            for name, role in self.roles.items():
+                try:
+                    self.peak[name] = max(self.peak[name], role.rss_kib())
+                except (OSError, ValueError):
+                    pass
+
+    def growth_mib(self) -> dict[str, float]:
+        self._done.set()
+        self.join(5)
+        return {name: (self.peak[name] - self.base[name]) / MIB for name in self.roles}
+
+
+@pytest.mark.timeout(180)
+def test_a_slow_consumer_and_its_producer_stay_within_their_byte_bounds_and_lose_nothing(cluster, fault_report):
+    """Issue 24: consumer/receive_bytes and producer/send_bytes bound the queues
+    between a producer and a consumer that reads too slowly, whatever the size of
+    the records: beyond them libzmq stops reading (the consumer) or drops (the
+    producer's queue for that consumer), and the consumer fetches what it missed
+    from the store."""
+    from dafka.peer import MAX_MESSAGE_BYTES
+    from faultcheck import check
+    from faultkit import acked_keys
+
+    receive, send = 1024 * 1024, 16 * 1024 * 1024
+    n, size = 60_000, 1000  # 60 MB, far more than either queue may hold
+    store = cluster.store("s")
+    slow = cluster.consumer("slow", TOPIC, slow_seconds=8.0, consumer__receive_bytes=receive)
+    rss = PeakRss(consumer=slow)
+    # The producer keeps what the store has not acked: that too is bounded in bytes.  send_bytes is larger,
+    # as it should be: then the store's queue (which holds no more than that) never overflows.
+    unacked = 8 * 1024 * 1024
+    producer = cluster.producer("p", TOPIC, count=n, size=size, wait_peers=3, producer__send_bytes=send,
+                                producer__max_unacked_bytes=unacked)
+    rss.roles["producer"] = producer
+    rss.base["producer"] = rss.peak["producer"] = producer.rss_kib()
+    assert producer.wait_exit(60) == 0, producer.tail()
+    cluster.wait_delivered("slow", acked_keys(producer), 60)
+    growth = rss.growth_mib()
+    assert slow.stop() == 0 and store.stop() == 0
+    print(f"RSS growth (MiB), receive_bytes 1 MiB, send_bytes 16 MiB, {n:,} records of {size} B: {growth}")
+    # What the queues may hold (each bound is per connected peer, rounded up to one 256 KiB message),
+    # plus the records the consumer takes off its socket per wake-up (4,096) and Python's own working set.
+    queued_mib = (max(receive, MAX_MESSAGE_BYTES) + 4096 * size) / 2**20
+    # Without the bounds (1,000,000 messages a queue) the consumer grew by 101 MiB, or the producer by 59 MiB.
+    assert growth["consumer"] < queued_mib + 16, growth
+    assert growth["producer"] < (max(send, MAX_MESSAGE_BYTES) + unacked) / 2**20 + 16, growth
+    fault_report(check("slow consumer, queues bounded in bytes", [producer.producer_log()], cluster.consumer_runs(),
+                       {"s": store.db}, complete_stores=["s"], value_size=size, topic=TOPIC))
