@@ -52,6 +52,8 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dafka_unacked_records": ("gauge", "records a producer holds until stores ack them", ("topic",)),
     "dafka_inflight_bytes": ("gauge", "FETCH answer bytes queued for requesters (in-flight budget in use)", ()),
     "dafka_store_db_bytes": ("gauge", "size of the store's database directory on disk", ()),
+    "dafka_store_level_bytes": ("gauge", "size of each LevelDB level that holds files (compaction at work)",
+                                ("level",)),
     "dafka_stored_head": ("gauge", "highest sequence a store has written, per partition", ("topic", "partition")),
     "dafka_producer_head": ("gauge", "highest sequence a producer published", ("topic", "partition")),
     "dafka_consumer_lag": ("gauge", "known head minus position, per partition", ("topic", "partition")),
@@ -217,6 +219,8 @@ def _store(store: Any, families: _Families, cap: int) -> None:
     families.add("dafka_live_peers", reader, stats["reader_peers"])
     families.add("dafka_inflight_bytes", reader, stats["inflight_bytes"])
     families.add("dafka_store_db_bytes", writer, _directory_bytes(store.path))
+    for level, size in store.level_bytes().items():
+        families.add("dafka_store_level_bytes", dict(writer, level=str(level)), size)
     _capped(families, "dafka_stored_head", writer, [(t, p, head) for (t, p), head in store.heads().items()], cap)
 
 

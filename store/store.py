@@ -159,6 +159,17 @@ class Store:
         """(subject, producer address) -> highest sequence written, for every partition."""
         return self._writer.state.heads()
 
+    def level_bytes(self) -> dict[int, int]:
+        """LevelDB's size of each level that holds files (from ``leveldb.stats``): compaction at work."""
+        db = self._db.db
+        text = db.get_property(b"leveldb.stats") if db is not None else None
+        out = {}
+        for line in (text or b"").decode(errors="replace").splitlines():
+            fields = line.split()
+            if len(fields) >= 3 and fields[0].isdigit() and fields[1].isdigit():
+                out[int(fields[0])] = int(float(fields[2]) * 1024 * 1024)  # "Size(MB)" is MiB
+        return out
+
     def stats(self) -> dict[str, int]:
         w, r, s = self._writer, self._reader, self._writer.state
         failed = s.failed

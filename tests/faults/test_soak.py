@@ -1,0 +1,21 @@
+"""The soak run's 5-minute variant (tests/faults/soak.py; the hour runs on demand)."""
+
+from __future__ import annotations
+
+import pytest
+
+from soak import Soak
+
+pytestmark = [pytest.mark.soak, pytest.mark.faults]
+
+
+@pytest.mark.timeout(900)
+def test_five_minutes_of_steady_work_lose_nothing_and_grow_nothing(tmp_path):
+    result = Soak(5, tmp_path / "out").run()
+    rows = result["rows"]
+    print(f"soak: {len(rows)} samples; delivered {result['delivered']}, group {result['group_delivered']:,}; "
+          f"p99 {result['p99_early_ms']} -> {result['p99_late_ms']} ms; spark {result['spark']}")
+    assert len(rows) >= 28
+    assert (tmp_path / "out" / "soak.png").stat().st_size > 10_000
+    assert result["spark"].get("rows", 0) > 0, "the Spark query read nothing"
+    assert result["failures"] == [], result["failures"]
