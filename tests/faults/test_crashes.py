@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 
@@ -135,11 +136,12 @@ def test_store_with_a_wiped_database_refills_from_the_other_store(cluster, fault
     s2.wait_stat(lambda s: s.get("records_written", 0) >= before, 30, "refilled")
     producer.wait_stat(lambda s: s.get("acked", 0) >= before + 2_000, 30, "acks go on with both stores")
     # The old records came from s1's reader: the producer no longer has them (both stores had acked them).
-    # On failure, every counter that could say otherwise (issue 24 ran this 400 times without one).
+    # On failure, every counter that could say otherwise (issue 24: it failed once in 105 runs under load).
     served = s1.stat("records_served")
-    assert served - served_before >= before, {
-        "before": before, "s1 served before": served_before, "s1": s1.stats(), "s2": s2.stats(),
-        "producer": producer.stats()}
+    if served - served_before < before:
+        print(json.dumps({"before": before, "s1 served before": served_before, "s1": s1.stats(), "s2": s2.stats(),
+                          "producer": producer.stats()}, indent=1, sort_keys=True))
+    assert served - served_before >= before
     assert producer.stop() == 0, producer.tail()
     plog = producer.producer_log()
     cluster.wait_delivered("c8", acked_keys(producer), 30)
