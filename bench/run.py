@@ -1088,11 +1088,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     skip = set(filter(None, a.skip.split(",")))
+    if a.burst_records is None:
+        a.burst_records = a.catchup_records * 10
     if a.only:
         only = {"cdc": lambda: scenario_cdc(a.cdc_records, a.bootstrap_rows, a.cdc_latency_seconds),
                 "mirror": lambda: scenario_mirror(a),
-                "burst": lambda: scenario_store_burst(a.catchup_records * 10 if a.burst_records is None
-                                                      else a.burst_records, a.burst_set)}
+                "burst": lambda: scenario_store_burst(a.burst_records, a.burst_set)}
         results = {a.only: only[a.only]()}
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=2))
@@ -1155,8 +1156,7 @@ def main(argv: list[str] | None = None) -> int:
     if "mirror" not in skip and "store" not in skip and store_available():
         results["mirror"] = scenario_mirror(a)
     if "burst" not in skip and "store" not in skip and store_available():
-        records = a.catchup_records * 10 if a.burst_records is None else a.burst_records
-        results["burst"] = scenario_store_burst(records, a.burst_set)
+        results["burst"] = scenario_store_burst(a.burst_records, a.burst_set)
     if "hold" not in skip:
         results["hold"] = scenario_hold_unacked(a.hold_records)
         h = results["hold"]

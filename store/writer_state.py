@@ -151,9 +151,14 @@ class WriterState(RecordIntake):
     def _add(self, subject: str, address: str, head: int) -> Partition:
         p = Partition(subject, address, head)
         self.partitions[(subject, address)] = p
-        self.record_prefixes[proto.record_prefix(proto.RECORD, subject, address, subject)] = p
-        self.record_prefixes[proto.record_prefix(proto.DIRECT_RECORD, self.address, address, subject)] = p
+        for prefix in self._record_prefixes_of(subject, address):
+            self.record_prefixes[prefix] = p
         return p
+
+    def _record_prefixes_of(self, subject: str, address: str) -> tuple[bytes, bytes]:
+        """The frame-1 prefixes of a partition's live RECORDs and of the DIRECT-RECORDs answering us."""
+        return (proto.record_prefix(proto.RECORD, subject, address, subject),
+                proto.record_prefix(proto.DIRECT_RECORD, self.address, address, subject))
 
     def _partition(self, subject: str, address: str) -> Partition | None:
         p = self.partitions.get((subject, address))
@@ -169,9 +174,8 @@ class WriterState(RecordIntake):
     def forget(self, p: Partition) -> None:
         """``p`` was deleted from the database (an expired offsets partition)."""
         self.partitions.pop((p.subject, p.address), None)
-        for prefix, known in list(self.record_prefixes.items()):
-            if known is p:
-                del self.record_prefixes[prefix]
+        for prefix in self._record_prefixes_of(p.subject, p.address):
+            self.record_prefixes.pop(prefix, None)
         self.awaiting.discard(p)
 
     def ask_heads(self) -> None:
