@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -65,6 +66,19 @@ class Role:
 
     def stat(self, key: str, default=0):
         return self.stats().get(key, default)
+
+    def fresh_stats(self, timeout: float = 10.0) -> dict:
+        """The counters as of now: the first snapshot written after this call.
+
+        A role rewrites its snapshot every 0.2 s (longer under load), so the one
+        on disk may predate what another role's counters already show: a store
+        whose snapshot was taken while it sent an answer says it served nothing
+        although the requester has written every record (issue 24, part 5)."""
+        since = time.time()
+        return self.wait_stat(lambda s: s.get("time", 0) >= since, timeout, "a snapshot of its counters from now")
+
+    def fresh_stat(self, key: str, default=0):
+        return self.fresh_stats().get(key, default)
 
     def wait_stat(self, predicate, timeout: float = 20.0, what: str = "") -> dict:
         def ok():

@@ -114,7 +114,7 @@ def test_a_store_killed_mid_answer(cluster, fault_report):
     producer.wait_stat(lambda s: s.get("acked", 0) >= 150_000, 120, "all acked by s1")
     s2 = cluster.store("s2")  # the producer's HEADs show it the partition: it fills itself from s1
     s2.wait_stat(lambda s: s.get("records_written", 0) >= 150_000, 120, "the second store filled")
-    assert s1.stat("bulk_messages") > 0  # s2's writer read s1 in bulk
+    assert s1.fresh_stat("bulk_messages") > 0  # s2's writer read s1 in bulk
     assert producer.stop() == 0, producer.tail()
     consumer = cluster.consumer("c", TOPIC, **{"consumer/fetch_max_bytes": 1 << 20})
     consumer.wait_stat(lambda s: s.get("delivered", 0) >= 10_000, 60, "the consumer reads")

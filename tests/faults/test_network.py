@@ -35,9 +35,9 @@ def test_tower_killed_and_restarted_on_the_same_ports(processes, tmp_path, fault
     tower.kill()
     producer.wait_stat(lambda s: s["peers"] == 0, 10, "peers expire without a tower")
     store.wait_stat(lambda s: s["writer_peers"] == 0 and s["reader_peers"] == 0, 10, "store peers expire")
-    acked_during = producer.stat("acked")
+    acked_during = producer.fresh_stat("acked")
     time.sleep(1.0)
-    assert producer.stat("acked") == acked_during  # disconnected: nothing is acked any more
+    assert producer.fresh_stat("acked") == acked_during  # disconnected: nothing is acked any more
     tower = cluster.tower("t4", sub, pub)
     producer.wait_stat(lambda s: s["peers"] >= 3, 15, "peers rediscovered")
     producer.wait_stat(lambda s: s["acked"] >= acked_during + 4_000 and s["unacked"] < 1_000, 30,
@@ -142,23 +142,23 @@ def test_stopped_store_and_consumer_recover_by_fetch_with_small_high_water_marks
     consumer.wait_stat(lambda s: s.get("delivered", 0) >= 2_000, 20, "2000 delivered")
     rss_before = consumer.rss_kib()
 
-    served = store.stat("records_served")
+    served = store.fresh_stat("records_served")
     consumer.send_signal(signal.SIGSTOP)
     time.sleep(3.0)
     consumer.send_signal(signal.SIGCONT)
-    stopped_at = producer.stat("sent")
+    stopped_at = producer.fresh_stat("sent")
     wait_for(lambda: len(cluster.delivered("c6")) >= stopped_at, 30, interval=0.1, what="consumer catches up")
     rss_consumer = consumer.rss_kib()
-    served_for_consumer = store.stat("records_served") - served
+    served_for_consumer = store.fresh_stat("records_served") - served
 
-    fetches = store.stat("fetches_sent")
+    fetches = store.fresh_stat("fetches_sent")
     store.send_signal(signal.SIGSTOP)
     time.sleep(3.0)
-    unacked_peak = producer.stat("unacked")
+    unacked_peak = producer.fresh_stat("unacked")
     store.send_signal(signal.SIGCONT)
     producer.wait_stat(lambda s: s["unacked"] < 2_000, 60, "the store catches up")
     assert producer.stop() == 0, producer.tail()  # close() got every ACK
-    store_fetches = store.stat("fetches_sent") - fetches
+    store_fetches = store.fresh_stat("fetches_sent") - fetches
     cluster.wait_delivered("c6", acked_keys(producer), 30)
     assert consumer.stop() == 0 and store.stop() == 0
     report = check("6 SIGSTOP store/consumer, hwm 1000", [producer.producer_log()], cluster.consumer_runs(),
