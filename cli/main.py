@@ -8,9 +8,9 @@ the same commands as ``dafka_towerd``, ``dafka_stored``,
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 import click
+
+from dafka import __version__
 
 from dafka.cdc.cli import cdc
 from dafka.mirror.cli import mirror
@@ -24,14 +24,9 @@ from .producer import main as produce
 from .status import status
 from .stored import main as store
 
-try:
-    _VERSION = version("dafka")
-except PackageNotFoundError:  # pragma: no cover - running from a checkout
-    _VERSION = "unknown"
-
 
 @click.group(context_settings=CONTEXT_SETTINGS)
-@click.version_option(_VERSION, "-V", "--version", prog_name="dafka")
+@click.version_option(__version__, "-V", "--version", prog_name="dafka")
 def main() -> None:
     """dafka: brokerless Kafka-style streaming on ZeroMQ (RFC 46/Dafka).
 

@@ -16,10 +16,11 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+import msgpack
 import plyvel
 
+from . import keys
 from .errors import StoreError, StoreLocked
-
 
 
 def leveldb_options(config: Mapping[str, Any]) -> dict[str, int]:
@@ -49,7 +50,7 @@ def open_db(path: str, options: Mapping[str, int] | None = None) -> plyvel.DB:
     except OSError as exc:
         raise StoreError(f"cannot create the store database directory {path!r}: {exc}") from exc
     try:
-        return plyvel.DB(path, create_if_missing=True, **(options or {}))
+        db = plyvel.DB(path, create_if_missing=True, **(options or {}))
     except plyvel.IOError as exc:
         detail = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
         if "lock" in detail.lower():
@@ -57,6 +58,31 @@ def open_db(path: str, options: Mapping[str, int] | None = None) -> plyvel.DB:
         raise StoreError(f"cannot open the store database {path!r}: {detail}") from exc
     except plyvel.Error as exc:
         raise StoreError(f"cannot open the store database {path!r}: {exc}") from exc
+    try:
+        check_format(db, path)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def check_format(db: plyvel.DB, path: str) -> int:
+    """The database's layout version (:data:`keys.FORMAT_VERSION`), written
+    if it has none (a reference or dafka-py 0.1.0 database: the same layout).
+
+    Raises :class:`StoreError` for a version this code does not know."""
+    raw = db.get(keys.FORMAT)
+    if raw is None:
+        db.put(keys.FORMAT, msgpack.packb(keys.FORMAT_VERSION))
+        return keys.FORMAT_VERSION
+    try:
+        version = msgpack.unpackb(raw)
+    except (ValueError, msgpack.UnpackException) as exc:
+        raise StoreError(f"store database {path!r} has an unreadable format version {raw!r}: {exc}") from None
+    if not isinstance(version, int) or not 1 <= version <= keys.FORMAT_VERSION:
+        raise StoreError(f"store database {path!r} has format version {version!r}; this dafka "
+                         f"reads format 1 to {keys.FORMAT_VERSION}: upgrade dafka to open it")
+    return version
 
 
 class SharedDB:

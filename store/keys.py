@@ -11,10 +11,11 @@ reference ``dafka_stored`` opens in ours and the other way round
 LevelDB's byte order the sequence order, so one partition's records are one
 contiguous key range, oldest first.
 
-This project adds one kind of key, under a prefix the reference never reads
+This project adds two kinds of key, under prefixes the reference never reads
 (it only ever looks at 'M' and 'H' keys, so it is unaffected)::
 
     't' subject NUL address NUL first_seq(8, BE)    ->  msgpack [last_seq, unix_ms, nbytes]
+    'v'                                             ->  msgpack format version (an int)
 
 A *stamp*: records ``first_seq..last_seq`` of the partition were written at
 wall-clock time ``unix_ms`` (milliseconds since the epoch, the time of the
@@ -28,6 +29,13 @@ so can a reader that wants receive timestamps (the Spark connector): a record
 ``s`` has the ``unix_ms`` of the stamp with the greatest ``first_seq <= s``,
 accurate to :data:`STAMP_SPAN_MS`.  The oldest kept sequence of a partition
 (its *tail*) is not stored: it is the first 'M' key of the partition.
+
+The *format version* (:data:`FORMAT_VERSION`) names this layout.  A
+database without it (written by the reference, or by dafka-py 0.1.0, whose
+layout is the same) is version 1 and gets the key when a store opens it; a
+database of a newer version than this code knows is refused, so an older
+store never misreads a layout it does not know.  A change that an older
+store could misread raises the version.
 
 Subjects and addresses travel as length-prefixed strings and may in theory
 hold a NUL byte; such a name cannot be keyed unambiguously in this layout
@@ -43,6 +51,9 @@ import msgpack
 RECORD = b"M"
 HEAD = b"H"
 STAMP = b"t"
+FORMAT = b"v"
+
+FORMAT_VERSION = 1  # the layout above: 'M', 'H' (the reference's) and 't'
 
 SEQ_BYTES = 8
 STAMP_SPAN_MS = 100  # a partition's newest stamp is extended while younger than this

@@ -189,6 +189,16 @@ def test_every_tool_is_installed_with_the_reference_flags():
         assert f"  {command} " in umbrella_help
 
 
+def test_version_lives_in_one_place_and_dafka_version_prints_it():
+    from importlib.metadata import version
+
+    import dafka
+
+    out = subprocess.run([script("dafka"), "--version"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout.strip() == f"dafka, version {dafka.__version__}"
+    assert version("dafka") == dafka.__version__  # pyproject reads it from dafka/__init__.py
+
+
 def test_bad_flags_exit_2_and_name_the_problem(processes):
     cases = [
         ([CONSUMER, "hello", "--no-such-flag"], "--no-such-flag"),
