@@ -36,7 +36,7 @@ import time
 from collections import deque
 from itertools import groupby
 from operator import itemgetter
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Generator, Iterable
 
 import zmq
 
@@ -116,7 +116,7 @@ class AsyncConsumer:
         address: str | None = None,
         value_deserializer: Callable[[bytes], Any] | None = None,
         offsets_path: str | None = None,
-        ctx: zmq.Context | None = None,
+        ctx: zmq.Context[Any] | None = None,
         group: str | None = None,
         listener: ConsumerRebalanceListener | None = None,
         on_assign: Callback | None = None,
@@ -132,7 +132,7 @@ class AsyncConsumer:
         self._fast = value_deserializer is None and offsets_path is None and group is None
         self._state = self._consumer._state
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._sockets: list[zmq.Socket] = []
+        self._sockets: list[zmq.Socket[Any]] = []
         self._fds: list[int] = []
         self._wakeup = _Wakeup()
 
@@ -152,11 +152,11 @@ class AsyncConsumer:
         loop = self._loop = _bind(self._loop, "consumer")
         self._sockets = consumer._loop.sockets()
         for sock in self._sockets:
-            fd = sock.getsockopt(zmq.FD)
+            fd: int = sock.getsockopt(zmq.FD)  # type: ignore[assignment]  # an int for ZMQ_FD
             loop.add_reader(fd, self._on_readable, sock)
             self._fds.append(fd)
 
-    def _on_readable(self, sock: zmq.Socket) -> None:
+    def _on_readable(self, sock: zmq.Socket[Any]) -> None:
         # A ZeroMQ socket's FD only signals that its state may have changed:
         # reading EVENTS takes that signal (the FD stays readable until then)
         # and the waiting reads drain the sockets until nothing is left.
@@ -166,7 +166,7 @@ class AsyncConsumer:
     def _readable(self) -> bool:
         """Whether a socket has a message although its FD may not say so:
         sending (the FETCHes the state asked for) also takes the signal."""
-        return any(sock.getsockopt(zmq.EVENTS) & zmq.POLLIN for sock in self._sockets)
+        return any(int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN for sock in self._sockets)
 
     async def stop(self) -> None:
         """Close at once, as :meth:`dafka.Consumer.close` does; a read waiting
@@ -341,11 +341,13 @@ class SendFuture:
             future = self._future = self._producer._future_of(self.offset)
         return future
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
         return self.future().__await__()
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
-        return self._producer._loop
+        loop = self._producer._loop
+        assert loop is not None  # a SendFuture exists only once a send bound the producer to its loop
+        return loop
 
     def done(self) -> bool:
         if self._future is not None:
@@ -389,7 +391,8 @@ class SendFuture:
         return self.future()._cancel_message  # type: ignore[attr-defined]
 
     def _make_cancelled_error(self) -> asyncio.CancelledError:
-        return self.future()._make_cancelled_error()  # type: ignore[attr-defined]
+        error: asyncio.CancelledError = self.future()._make_cancelled_error()  # type: ignore[attr-defined]
+        return error
 
     def __repr__(self) -> str:
         return f"<SendFuture {self._producer.topic}/{self.partition}@{self.offset} done={self.done()}>"
@@ -417,7 +420,7 @@ class AsyncProducer:
         *,
         address: str | None = None,
         value_serializer: Callable[[Any], bytes] | None = None,
-        ctx: zmq.Context | None = None,
+        ctx: zmq.Context[Any] | None = None,
         resume: bool = False,
     ) -> None:
         # The serializer runs here, once per record, even when send waits for room and tries again.
@@ -531,7 +534,7 @@ class AsyncProducer:
                 raise Closed("producer closed before the records were acked")
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise producer._flush_timeout(timeout)
+                raise producer._flush_timeout(timeout or 0.0)
             self._attach()
             await self._wakeup.wait(remaining)
         self._resolve()  # every future of a record sent before the flush is done when it returns
@@ -590,7 +593,7 @@ class AsyncProducer:
             return
         self._resolve_scheduled = True
         try:
-            self._loop.call_soon_threadsafe(self._resolve)
+            self._loop.call_soon_threadsafe(self._resolve)  # type: ignore[union-attr]  # bound before any send
         except RuntimeError:
             pass  # the event loop is closed: nobody is left to wake
 

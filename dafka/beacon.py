@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import Any, NamedTuple, TYPE_CHECKING
 
 import zmq
 
@@ -150,7 +150,7 @@ class Beacon:
 
     def __init__(
         self,
-        ctx: zmq.Context,
+        ctx: zmq.Context[Any],
         sender: str,
         port: int,
         *,
@@ -233,8 +233,8 @@ class Beacon:
         self.events.close()
 
     @staticmethod
-    def read_events(pipe: zmq.Socket) -> list[PeerEvent]:
-        events = []
+    def read_events(pipe: zmq.Socket[Any]) -> list[PeerEvent]:
+        events: list[PeerEvent] = []
         while True:
             try:
                 kind, endpoint, sender = pipe.recv_multipart(zmq.NOBLOCK)
@@ -311,7 +311,7 @@ class Beacon:
             for sock in (out, control, publisher, subscriber):
                 sock.close(0)
 
-    def _drain_tower(self, subscriber: zmq.Socket, out: zmq.Socket) -> bool:
+    def _drain_tower(self, subscriber: zmq.Socket[Any], out: zmq.Socket[Any]) -> bool:
         """Read every pending tower message; True if we should beacon now."""
         state = self._state
         beacon_now = False
@@ -338,7 +338,7 @@ class Beacon:
         if twins or self._twins_snapshot:
             self._twins_snapshot = tuple(ep for ep, twin in twins.items() if twin.beats > 1)
 
-    def _emit(self, out: zmq.Socket, event: PeerEvent) -> None:
+    def _emit(self, out: zmq.Socket[Any], event: PeerEvent) -> None:
         if event.kind == CONNECT:
             self._peers_snapshot[event.endpoint] = event.sender
             log.debug("%s %s: peer %s at %s", self.name, self.sender, event.sender, event.endpoint)

@@ -39,6 +39,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 log = logging.getLogger("dafka.config")
 
@@ -513,7 +514,7 @@ def parse_override(text: str) -> tuple[str, str]:
     return key, value.strip()
 
 
-class Config(Mapping[str, object]):
+class Config(Mapping[str, Any]):
     """An immutable mapping of every key in :data:`KEYS` to its typed value.
 
     ``Config()`` holds the defaults.  Two configs are equal when their values
@@ -521,6 +522,8 @@ class Config(Mapping[str, object]):
     """
 
     __slots__ = ("_values", "_sources")
+    _values: Mapping[str, Any]
+    _sources: Mapping[str, str]
 
     def __init__(self) -> None:
         self._init({k.path: k.default for k in KEYS.values()}, dict.fromkeys(KEYS, "default"))
@@ -537,7 +540,8 @@ class Config(Mapping[str, object]):
 
     # Mapping -------------------------------------------------------------
 
-    def __getitem__(self, key: str) -> object:
+    def __getitem__(self, key: str) -> Any:
+        """The key's value, of the type its schema entry says (``int``, ``str``...)."""
         return self._values[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -634,7 +638,7 @@ class Config(Mapping[str, object]):
     def to_zpl(self) -> str:
         """Every key as a ZPL file, with each key's doc as a comment; it loads
         back into an equal config."""
-        tree: dict = {}
+        tree: dict[str | None, Any] = {}
         for path in self._values:
             node = tree
             for name in path.split("/"):
@@ -644,7 +648,7 @@ class Config(Mapping[str, object]):
         self._dump(tree, 0, lines)
         return "\n".join(lines) + "\n"
 
-    def _dump(self, tree: dict, level: int, lines: list[str]) -> None:
+    def _dump(self, tree: dict[str | None, Any], level: int, lines: list[str]) -> None:
         indent = "    " * level
         for name, node in tree.items():
             if name is None:

@@ -19,7 +19,7 @@ import zmq
 from .consumer_state import ConsumerState
 from .errors import Closed
 from .group import Key, offsets_topic
-from .loop import Loop
+from .loop import Loop, Timer
 from .membership import Callback, ConsumerRebalanceListener, Membership
 from .offsets import OffsetJournal
 from .peer import ConfigLike, DataSocket, PeerLinks, as_config, drain_records, new_address, queue_messages
@@ -58,7 +58,7 @@ class Consumer:
         address: str | None = None,
         value_deserializer: Callable[[bytes], Any] | None = None,
         offsets_path: str | None = None,
-        ctx: zmq.Context | None = None,
+        ctx: zmq.Context[Any] | None = None,
         group: str | None = None,
         listener: ConsumerRebalanceListener | None = None,
         on_assign: Callback | None = None,
@@ -120,7 +120,7 @@ class Consumer:
         self._loop.add_reader(self._sub, self._on_sub)
         self._loop.add_reader(self._xpub, self._on_subscriptions)
         self._loop.add_reader(self._data.beacon.events, self._on_beacon)
-        self._tick_timer = None  # the fetch-retry tick, scheduled only while a partition awaits records
+        self._tick_timer: Timer | None = None  # the fetch-retry tick, scheduled only while a partition awaits records
         self._data.beacon.start()
         if topics:
             self.subscribe(*topics)
@@ -165,7 +165,7 @@ class Consumer:
             if self._group is None:
                 raise ValueError("commit needs a consumer group (Consumer(..., group=NAME)); "
                                  "without one, offsets_path keeps the positions")
-            self._group.commit(offsets={tuple(k): v for k, v in offsets.items()} if offsets else None)
+            self._group.commit(offsets={(k[0], k[1]): v for k, v in offsets.items()} if offsets else None)
             self._flush_out()
 
     def committed(self, partition: str, topic: str | None = None) -> int | None:
@@ -380,13 +380,13 @@ class Consumer:
         state = self._state
         if state.awaiting or state.heads_due is not None:
             # the fetch-retry tick while partitions await records, else the tail watch's next turn
-            when = time.monotonic() + _TICK if state.awaiting else state.heads_due
+            when = time.monotonic() + _TICK if state.awaiting or state.heads_due is None else state.heads_due
             if self._tick_timer is None or when < self._tick_timer.when:
                 if self._tick_timer is not None:
                     self._tick_timer.cancel()
                 self._tick_timer = self._loop.call_later(max(0.0, when - time.monotonic()), self._tick)
 
-    def _on_beacon(self, pipe: zmq.Socket) -> None:
+    def _on_beacon(self, pipe: zmq.Socket[Any]) -> None:
         gone = self._links.on_beacon(pipe)
         self._state.on_peers(self._links.senders(), gone, time.monotonic())
 
@@ -395,14 +395,14 @@ class Consumer:
         self._state.tick(time.monotonic())
         self._flush_out()
 
-    def _on_sub(self, sock: zmq.Socket) -> None:
+    def _on_sub(self, sock: zmq.Socket[Any]) -> None:
         state = self._state
         state.now = time.monotonic()
         ready = state.ready
         while drain_records(sock, DRAIN_STEP, state) == DRAIN_STEP and len(ready) < DRAIN:
             pass
 
-    def _on_subscriptions(self, sock: zmq.Socket) -> None:
+    def _on_subscriptions(self, sock: zmq.Socket[Any]) -> None:
         while True:
             try:
                 frame = sock.recv(zmq.NOBLOCK)

@@ -271,7 +271,7 @@ class ConsumerState(RecordIntake):
         p = self.partitions.get((topic, address))
         if p is None:
             group = self.group
-            if self._gated(topic):
+            if group is not None and topic not in self.sinks:  # the group says which of its partitions we read
                 key = (topic, address)
                 group.meet(topic, address, seq, self.now)
                 if key not in group.owned:
@@ -359,38 +359,37 @@ class ConsumerState(RecordIntake):
         msg = self.decode(frames)
         if msg is None:
             return
-        kind = type(msg)
         if "\0" in getattr(msg, "address", ""):
             self.malformed += 1  # no reply could be addressed to it
             return
-        if kind is proto.RecordMsg or kind is proto.DirectRecordMsg:
-            if msg.subject not in self.topics or (kind is proto.DirectRecordMsg and msg.topic != self.address):
+        if isinstance(msg, (proto.RecordMsg, proto.DirectRecordMsg)):
+            if msg.subject not in self.topics or (type(msg) is proto.DirectRecordMsg and msg.topic != self.address):
                 return
             p = self._partition(msg.subject, msg.address, msg.sequence)
             if p is not None:
                 self._on_record(p, msg.sequence, msg.content)
-        elif kind is proto.DirectRecordsMsg or kind is proto.RecordsMsg:
-            to = self.address if kind is proto.DirectRecordsMsg else msg.subject
+        elif isinstance(msg, proto.DirectRecordsMsg):  # RecordsMsg (live, to the topic) too
+            to = msg.subject if type(msg) is proto.RecordsMsg else self.address
             if msg.subject in self.topics and msg.topic == to:
                 p = self._partition(msg.subject, msg.address, msg.sequence)
                 if p is not None:
                     self._on_records(p, msg)
-        elif kind is proto.HeadMsg:
+        elif isinstance(msg, proto.HeadMsg):
             if msg.subject in self.topics:
                 self._on_head(msg.subject, msg.address, msg.sequence)
-        elif kind is proto.DirectHeadMsg or kind is proto.DirectPartitionsMsg:
+        elif isinstance(msg, (proto.DirectHeadMsg, proto.DirectPartitionsMsg)):
             for subject, address, head in self.store_heads(msg):
                 if subject in self.topics:
                     self._on_store_head(subject, address, head)
-        elif kind is proto.StoreHelloMsg:
+        elif isinstance(msg, proto.StoreHelloMsg):
             if msg.topic == self.address:
                 self._hello(msg.address)
-        elif kind is proto.DirectTailMsg:
+        elif isinstance(msg, proto.DirectTailMsg):
             if msg.topic == self.address and msg.subject in self.topics:
                 p = self._partition(msg.subject, msg.address, msg.sequence)
                 if p is not None:
                     self._on_tail(p, msg.sequence)
-        elif kind is proto.GroupMemberMsg:
+        elif isinstance(msg, proto.GroupMemberMsg):
             if self.group is not None:
                 self.group.on_member(msg, self.now)
 

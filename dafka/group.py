@@ -61,7 +61,8 @@ def encode_commits(member: str, offsets: dict[Key, int], snapshot: bool = False)
     """A record of the offsets topic: ``[member, [[topic, partition, offset], ...]]`` in msgpack, with a
     third element :data:`SNAPSHOT` when ``offsets`` is the member's whole view of the group's commits."""
     entries = [[topic, partition, offset] for (topic, partition), offset in offsets.items()]
-    return msgpack.packb([member, entries, SNAPSHOT] if snapshot else [member, entries])
+    packed: bytes = msgpack.packb([member, entries, SNAPSHOT] if snapshot else [member, entries])
+    return packed
 
 
 def decode_commits(value: bytes) -> tuple[str, dict[Key, int]]:

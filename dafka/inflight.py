@@ -112,7 +112,7 @@ class InflightLedger:
         below that has arrived.  Resent ranges count once per sending."""
         by_partition = self._runs.get(requester)
         runs = by_partition.get(partition) if by_partition else None
-        if not runs:
+        if not runs or by_partition is None:
             return
         credit = 0
         kept = []

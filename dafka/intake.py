@@ -55,12 +55,13 @@ class RecordIntake:
         or DIRECT-PARTITIONS addressed to us reports (none for any other
         message); a partition address with a NUL could not be answered, and
         is left out."""
-        kind = type(msg)
-        if msg.topic != self.address:
-            return []
-        if kind is proto.DirectHeadMsg:
+        if isinstance(msg, proto.DirectHeadMsg):
+            if msg.topic != self.address:
+                return []
             entries = [(msg.subject, msg.address, msg.sequence)]
-        elif kind is proto.DirectPartitionsMsg:
+        elif isinstance(msg, proto.DirectPartitionsMsg):
+            if msg.topic != self.address:
+                return []
             entries = [(info.subject, info.address, info.head) for info in msg.partitions]
         else:
             return []

@@ -10,7 +10,7 @@ import heapq
 import itertools
 import logging
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import zmq
 
@@ -33,19 +33,19 @@ class Timer:
 class Loop:
     def __init__(self) -> None:
         self._poller = zmq.Poller()
-        self._handlers: dict[zmq.Socket, Callable[[zmq.Socket], None]] = {}
+        self._handlers: dict[zmq.Socket[Any], Callable[[zmq.Socket[Any]], None]] = {}
         self._timers: list[tuple[float, int, Timer]] = []
         self._order = itertools.count()
 
-    def add_reader(self, sock: zmq.Socket, handler: Callable[[zmq.Socket], None]) -> None:
+    def add_reader(self, sock: zmq.Socket[Any], handler: Callable[[zmq.Socket[Any]], None]) -> None:
         self._handlers[sock] = handler
         self._poller.register(sock, zmq.POLLIN)
 
-    def sockets(self) -> list[zmq.Socket]:
+    def sockets(self) -> list[zmq.Socket[Any]]:
         """The sockets with a reader: what an outer event loop must watch (:mod:`dafka.aio`)."""
         return list(self._handlers)
 
-    def remove_reader(self, sock: zmq.Socket) -> None:
+    def remove_reader(self, sock: zmq.Socket[Any]) -> None:
         if self._handlers.pop(sock, None) is not None:
             self._poller.unregister(sock)
 

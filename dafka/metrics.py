@@ -87,7 +87,7 @@ class _Families:
     """The metric families of one scrape, filled peer by peer."""
 
     def __init__(self) -> None:
-        self._families: dict[str, Metric] = {}
+        self._families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
 
     def add(self, name: str, labels: dict[str, str], value: float) -> None:
         family = self._families.get(name)

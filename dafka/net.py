@@ -10,6 +10,8 @@ sends nothing.
 
 from __future__ import annotations
 
+from typing import Any
+
 import fcntl
 import ipaddress
 import itertools
@@ -29,7 +31,7 @@ def inproc_endpoint(kind: str) -> str:
     return f"inproc://dafka-{kind}-{next(_inproc_serials)}"
 
 
-def drain(sock: zmq.Socket, wanted: bytes | None = None) -> bool:
+def drain(sock: zmq.Socket[Any], wanted: bytes | None = None) -> bool:
     """Read every one-frame message waiting on ``sock`` (a wake-up pipe, an
     XPUB's subscriptions); returns whether one of them was ``wanted``."""
     seen = False
@@ -41,7 +43,7 @@ def drain(sock: zmq.Socket, wanted: bytes | None = None) -> bool:
         seen = seen or frame == wanted
 
 
-def wake_pipe(ctx: zmq.Context, kind: str) -> tuple[zmq.Socket, zmq.Socket]:
+def wake_pipe(ctx: zmq.Context[Any], kind: str) -> tuple[zmq.Socket[Any], zmq.Socket[Any]]:
     """A pipe that wakes a loop waiting on its sockets with no timeout: the
     loop polls the first end; another thread sends on the second."""
     endpoint = inproc_endpoint(f"{kind}-wake")
@@ -93,7 +95,7 @@ def route_local_address(host: str, port: int) -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         try:
             probe.connect((host, port))
-            return probe.getsockname()[0]
+            return str(probe.getsockname()[0])
         except OSError:
             return "127.0.0.1"
 
@@ -136,7 +138,10 @@ def bind_host(configured: str, advertised: str) -> str:
     return "127.0.0.1" if is_loopback(advertised) else "*"
 
 
-def bind_ephemeral(sock: zmq.Socket, host: str) -> int:
+def bind_ephemeral(sock: zmq.Socket[Any], host: str) -> int:
     """Bind ``tcp://host:*`` and return the port the kernel chose."""
     sock.bind(f"tcp://{host}:*")
-    return parse_tcp_endpoint(sock.last_endpoint.decode())[1]
+    endpoint = sock.last_endpoint
+    port = parse_tcp_endpoint(endpoint.decode() if isinstance(endpoint, bytes) else str(endpoint))[1]
+    assert port is not None  # the kernel chose one
+    return port

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 class OffsetJournal:
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         self.positions = self._load()
         self._compact()

@@ -7,7 +7,7 @@ import logging
 import os
 # hashlib's blake2b itself, without hashlib's import of OpenSSL (8 ms a process start)
 from _blake2 import blake2b
-from typing import Iterator, Mapping, Union
+from typing import Any, Callable, Iterator, Mapping, Union
 
 import zmq
 
@@ -19,12 +19,12 @@ from .security import Curve, acquire_authenticator, release_authenticator
 
 log = logging.getLogger(__name__)
 
-ConfigLike = Union[Config, Mapping[str, object], str, os.PathLike, None]
+ConfigLike = Union[Config, Mapping[str, object], str, "os.PathLike[str]", None]
 
 # pyzmq's Python-level Socket.send wrapper doubles the cost of a send (it checks
 # for routing ids, groups and zero-copy thresholds dafka never uses): the
 # per-record paths call the Cython method underneath, ``raw_send(sock, data, flags)``.
-raw_send = zmq.backend.Socket.send
+raw_send: Callable[..., Any] = zmq.backend.Socket.send
 # Frames at least this big are sent without a copy (raw_send(sock, data, flags, False)):
 # libzmq keeps a reference to the bytes object until it has sent them.
 ZERO_COPY_BYTES = 65536
@@ -40,7 +40,7 @@ def queue_messages(nbytes: int, hwm: int) -> int:
     return min(hwm, fit) if hwm else fit
 
 
-def read_subscriptions(xpub: zmq.Socket) -> Iterator[proto.Subscription | None]:
+def read_subscriptions(xpub: zmq.Socket[Any]) -> Iterator[proto.Subscription | None]:
     """Every (un)subscription waiting on an XPUB, decoded; None for a malformed
     frame, for the caller to count."""
     while True:
@@ -54,7 +54,7 @@ def read_subscriptions(xpub: zmq.Socket) -> Iterator[proto.Subscription | None]:
             yield None
 
 
-def read_rest(sock: zmq.Socket, frame: bytes) -> list[bytes]:
+def read_rest(sock: zmq.Socket[Any], frame: bytes) -> list[bytes]:
     """Every frame of the message whose first frame, ``frame``, was just
     received as bytes (messages are atomic: the rest is already here)."""
     frames = [frame]
@@ -63,7 +63,7 @@ def read_rest(sock: zmq.Socket, frame: bytes) -> list[bytes]:
     return frames
 
 
-def drain_records(sock: zmq.Socket, limit: int, intake: RecordIntake) -> int:
+def drain_records(sock: zmq.Socket[Any], limit: int, intake: RecordIntake) -> int:
     """Receive up to ``limit`` messages from a SUB socket into ``intake``, as
     plain bytes; returns how many (fewer: the socket had no more).
 
@@ -97,7 +97,7 @@ def drain_records(sock: zmq.Socket, limit: int, intake: RecordIntake) -> int:
     return limit
 
 
-def connect(sock: zmq.Socket, endpoint: str) -> bool:
+def connect(sock: zmq.Socket[Any], endpoint: str) -> bool:
     """Connect to a peer's endpoint as relayed by a tower; an endpoint libzmq
     refuses is logged and skipped, never fatal to the peer."""
     try:
@@ -155,7 +155,7 @@ class DataSocket:
     """A peer's bound data socket, the beacon that advertises it, and the
     CURVE settings (``security/*``) of every socket the peer opens."""
 
-    def __init__(self, ctx: zmq.Context, config: Config, sock: zmq.Socket, sender: str, name: str) -> None:
+    def __init__(self, ctx: zmq.Context[Any], config: Config, sock: zmq.Socket[Any], sender: str, name: str) -> None:
         self.curve = Curve.from_config(config)
         self._ctx = ctx
         if self.curve is not None:
@@ -192,14 +192,14 @@ class DataSocket:
         self.beacon = self._new_beacon(sender).start()
         return self.beacon
 
-    def bind_also(self, sock: zmq.Socket) -> str:
+    def bind_also(self, sock: zmq.Socket[Any]) -> str:
         """Bind another socket of the peer where the data socket is bound (a
         CURVE server like it); returns its endpoint at the advertised host."""
         if self.curve is not None:
             self.curve.serve(sock)
         return f"tcp://{self.host}:{net.bind_ephemeral(sock, self.bind_host)}"
 
-    def secure(self, sock: zmq.Socket) -> zmq.Socket:
+    def secure(self, sock: zmq.Socket[Any]) -> zmq.Socket[Any]:
         """Prepare a socket that will connect to other peers (CURVE client)."""
         if self.curve is not None:
             self.curve.client(sock)
@@ -214,7 +214,7 @@ class DataSocket:
 class PeerLinks:
     """Keeps one SUB socket connected to every peer a beacon reports."""
 
-    def __init__(self, sock: zmq.Socket) -> None:
+    def __init__(self, sock: zmq.Socket[Any]) -> None:
         self.sock = sock
         self.endpoints: dict[str, str] = {}  # endpoint -> the sender address its beacon gave
 
@@ -225,7 +225,7 @@ class PeerLinks:
     def __len__(self) -> int:
         return len(self.endpoints)
 
-    def on_beacon(self, pipe: zmq.Socket) -> int:
+    def on_beacon(self, pipe: zmq.Socket[Any]) -> int:
         """A loop handler for the beacon's event pipe; returns how many peers went away."""
         gone = 0
         for event in Beacon.read_events(pipe):

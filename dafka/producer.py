@@ -9,6 +9,7 @@ state.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -104,7 +105,7 @@ class Producer:
         *,
         address: str | None = None,
         value_serializer: Callable[[Any], bytes] | None = None,
-        ctx: zmq.Context | None = None,
+        ctx: zmq.Context[Any] | None = None,
         resume: bool = False,
         on_resume: Callable[[int], None] | None = None,
     ) -> None:
@@ -148,7 +149,7 @@ class Producer:
         # A resuming producer asks for its head under a temporary address (dafka.resume, rule 5).
         self._requester = new_address() if resume else self.address
         self._data = DataSocket(self._ctx, c, self._pub, self._requester, "producer")
-        self._peers: dict[str, tuple[zmq.Socket, str]] = {}  # endpoint -> (its SUB, its sender)
+        self._peers: dict[str, tuple[zmq.Socket[Any], str]] = {}  # endpoint -> (its SUB, its sender)
         # With min_acks <= 1 it does not matter which store an ACK comes from:
         # one SUB serves every peer (P producers make P sockets, not P squared).
         self._shared_sub = self._peer_socket() if self.min_acks <= 1 else None
@@ -434,7 +435,7 @@ class Producer:
                     raise Closed("producer closed before the record was acked")
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise self._flush_timeout(timeout)
+                    raise self._flush_timeout(timeout or 0.0)
                 self._cond.wait(remaining)
 
     def _buffer_full(self, waited: float) -> BufferFull:
@@ -528,7 +529,7 @@ class Producer:
             if frame is not None:
                 self._pub.send(frame)
 
-    def _on_connection(self, monitor: zmq.Socket) -> None:
+    def _on_connection(self, monitor: zmq.Socket[Any]) -> None:
         """A peer connected to the data socket: its subscriptions follow."""
         while True:
             try:
@@ -540,7 +541,7 @@ class Producer:
         for delay in _SUBSCRIPTION_LOOKS:
             self._loop.call_later(delay, self._poll_subscriptions)
 
-    def _drain_wake(self, sock: zmq.Socket) -> None:
+    def _drain_wake(self, sock: zmq.Socket[Any]) -> None:
         if drain(sock, _LINGER):
             self._loop.call_later(batching.LINGER, self._send_lingering)
 
@@ -601,7 +602,7 @@ class Producer:
         if now >= self._next_look:
             self._look_for_subscriptions(now)
 
-    def _peer_socket(self) -> zmq.Socket:
+    def _peer_socket(self) -> zmq.Socket[Any]:
         sock = self._data.secure(self._ctx.socket(zmq.SUB))
         sock.linger = 0
         sock.rcvhwm = self.config["producer/high_watermark"]
@@ -612,7 +613,7 @@ class Producer:
             sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.DIRECT_PARTITIONS, self._requester, exact=True))
         return sock
 
-    def _on_beacon(self, pipe: zmq.Socket) -> None:
+    def _on_beacon(self, pipe: zmq.Socket[Any]) -> None:
         """Connect to every peer the tower reports: through one SUB each when
         ACKs must be counted per store (min_acks >= 2: an ACK's store is the
         connection it came on), else through the one shared SUB."""
@@ -630,7 +631,7 @@ class Producer:
                     sock.close(0)
                     continue
                 self._peers[event.endpoint] = (sock, event.sender)
-                self._loop.add_reader(sock, lambda s, sender=event.sender: self._on_peer_message(s, sender))
+                self._loop.add_reader(sock, functools.partial(self._on_peer_message, sender=event.sender))
             else:
                 known = self._peers.pop(event.endpoint, None)
                 if known is None:
@@ -646,7 +647,7 @@ class Producer:
                 with self._cond:
                     self._state.forget_store(known[1])
 
-    def _on_peer_message(self, sock: zmq.Socket, sender: str) -> None:
+    def _on_peer_message(self, sock: zmq.Socket[Any], sender: str) -> None:
         released = False
         with self._cond:
             for _ in range(10_000):
@@ -679,7 +680,7 @@ class Producer:
                 except Exception:
                     log.exception("on_delivery callback failed")
 
-    def _due_callbacks(self) -> list:
+    def _due_callbacks(self) -> list[tuple[int, Callable[[RecordMetadata | None, Exception | None], None]]]:
         released = self._state.released
         due = []
         while self._callbacks and self._callbacks[0][0] <= released:

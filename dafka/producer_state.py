@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import islice
-from typing import Iterator
+from typing import Generator, Iterator
 
 from . import batching, proto
 from . import bulk as bulk_answers
@@ -303,7 +303,7 @@ class ProducerState:
                 turns.append(requester)
 
     def _direct_answer(self, requester: str, held: Iterator[bytes], seq: int, stop: int, budget: int,
-                       room: int) -> Iterator[list[bytes]]:
+                       room: int) -> Generator[list[bytes], None, tuple[int, int]]:
         """DIRECT-RECORDs of ``held`` (records ``seq..stop-1``); returns (next sequence, bytes spent)."""
         prefix = proto.record_prefix(proto.DIRECT_RECORD, requester, self.address, self.topic)
         per_message = len(prefix) + 8 + MESSAGE_OVERHEAD
@@ -318,7 +318,7 @@ class ProducerState:
         return seq, spent
 
     def _bulk_answer(self, requester: str, held: Iterator[bytes], seq: int, stop: int, budget: int,
-                     room: int) -> Iterator[list[bytes]]:
+                     room: int) -> Generator[list[bytes], None, tuple[int, int]]:
         """DIRECT-RECORDS of ``held`` (records ``seq..stop-1``), packed in C;
         returns (next sequence, bytes spent)."""
         prefix = proto.record_prefix(proto.DIRECT_RECORDS, requester, self.address, self.topic)

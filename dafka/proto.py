@@ -376,8 +376,8 @@ def encode(msg: Message) -> list[bytes]:
 
     Raises ``ValueError`` for values the wire cannot carry (strings over 255
     bytes, NUL in a topic, integers out of range)."""
-    kind = type(msg)
-    if kind is RecordMsg or kind is DirectRecordMsg:
+    kind = type(msg)  # the message id (isinstance narrows the fields for type checkers)
+    if isinstance(msg, (RecordMsg, DirectRecordMsg)):
         frame = (
             _header(MESSAGE_IDS[kind], msg.topic)
             + _string(msg.address, "address")
@@ -385,7 +385,7 @@ def encode(msg: Message) -> list[bytes]:
             + _u64(msg.sequence)
         )
         return [frame, bytes(msg.content)]
-    if kind is FetchMsg:
+    if isinstance(msg, FetchMsg):
         return [
             _header(FETCH, msg.topic)
             + _string(msg.address, "address")
@@ -393,20 +393,20 @@ def encode(msg: Message) -> list[bytes]:
             + _u64(msg.sequence)
             + _u32(msg.count, "count")
         ]
-    if kind is AckMsg:
+    if isinstance(msg, AckMsg):
         return [_header(ACK, msg.topic) + _string(msg.subject, "subject") + _u64(msg.sequence)]
-    if kind is HeadMsg or kind is DirectHeadMsg or kind is DirectTailMsg:
+    if isinstance(msg, (HeadMsg, DirectHeadMsg, DirectTailMsg)):
         return [
             _header(MESSAGE_IDS[kind], msg.topic)
             + _string(msg.address, "address")
             + _string(msg.subject, "subject")
             + _u64(msg.sequence)
         ]
-    if kind is GetHeadsMsg or kind is StoreHelloMsg:
+    if isinstance(msg, (GetHeadsMsg, StoreHelloMsg)):
         return [_header(MESSAGE_IDS[kind], msg.topic) + _string(msg.address, "address")]
-    if kind is ConsumerHelloMsg:
+    if isinstance(msg, ConsumerHelloMsg):
         return [_header(CONSUMER_HELLO, msg.topic) + _string(msg.address, "address") + _strings(msg.subjects)]
-    if kind is GroupMemberMsg:
+    if isinstance(msg, GroupMemberMsg):
         parts = [
             _header(GROUP_MEMBER, msg.topic),
             _string(msg.address, "address"),
@@ -418,7 +418,7 @@ def encode(msg: Message) -> list[bytes]:
             parts.append(_string(entry.subject, "subject") + _string(entry.address, "address")
                          + _u64(entry.offset, "offset") + _u8(entry.state, "entry state"))
         return [b"".join(parts)]
-    if kind is DirectRecordsMsg or kind is RecordsMsg:
+    if isinstance(msg, DirectRecordsMsg):  # RecordsMsg too
         count = msg.count
         if count < 1 or len(msg.lengths) != 4 * count:
             raise ValueError("DIRECT-RECORDS needs at least one record, and 4 bytes of lengths per record")
@@ -433,7 +433,7 @@ def encode(msg: Message) -> list[bytes]:
             + encode_stamps(msg.stamps)
         )
         return [frame, bytes(msg.lengths), bytes(msg.contents)]
-    if kind is DirectPartitionsMsg:
+    if isinstance(msg, DirectPartitionsMsg):
         parts = [
             _header(DIRECT_PARTITIONS, msg.topic),
             _string(msg.address, "address"),
@@ -468,7 +468,7 @@ _U32 = next(code for code in "IL" if array(code).itemsize == 4)
 _SWAP = sys.byteorder != "little"
 
 
-def _lengths(raw: bytes) -> array:
+def _lengths(raw: bytes) -> array[int]:
     lengths = array(_U32)
     lengths.frombytes(raw)
     if _SWAP:
@@ -539,7 +539,8 @@ class _Reader:
             raise MalformedMessage(f"{len(self.buf) - self.pos} unexpected trailing bytes in frame 1")
 
 
-_HEAD_LIKE = {HEAD: HeadMsg, DIRECT_HEAD: DirectHeadMsg, DIRECT_TAIL: DirectTailMsg}
+_HEAD_LIKE: dict[bytes, type[HeadMsg | DirectHeadMsg | DirectTailMsg]] = {
+    HEAD: HeadMsg, DIRECT_HEAD: DirectHeadMsg, DIRECT_TAIL: DirectTailMsg}
 _TWO_FRAMES = frozenset((RECORD, DIRECT_RECORD))
 _FRAMES = {RECORD: 2, DIRECT_RECORD: 2, DIRECT_RECORDS: 3, RECORDS: 3}
 _KNOWN_IDS = frozenset(MESSAGE_IDS.values())
@@ -614,8 +615,7 @@ def decode(frames: Sequence[bytes]) -> Message:
         subject = r.string("subject")
         seq = r.u64()
         r.end()
-        cls = _HEAD_LIKE[msg_id]
-        return cls(topic, address, subject, seq)
+        return _HEAD_LIKE[msg_id](topic, address, subject, seq)
     if msg_id == CONSUMER_HELLO:
         address = r.string("address")
         subjects = r.strings("subjects")
@@ -625,11 +625,12 @@ def decode(frames: Sequence[bytes]) -> Message:
         return _decode_group_member(r, topic)
     address = r.string("address")
     r.end()
-    cls = GetHeadsMsg if msg_id == GET_HEADS else StoreHelloMsg
-    return cls(topic, address)
+    if msg_id == GET_HEADS:
+        return GetHeadsMsg(topic, address)
+    return StoreHelloMsg(topic, address)
 
 
-def _decode_records(cls: type, r: _Reader, topic: str, frames: Sequence[bytes]) -> DirectRecordsMsg:
+def _decode_records(cls: type[DirectRecordsMsg], r: _Reader, topic: str, frames: Sequence[bytes]) -> DirectRecordsMsg:
     address = r.string("address")
     subject = r.string("subject")
     seq = r.u64()

@@ -93,11 +93,10 @@ class ResumeState:
         return self.ask(now)
 
     def on_message(self, msg: object) -> None:
-        kind = type(msg)
-        if kind is proto.DirectHeadMsg:
+        if isinstance(msg, proto.DirectHeadMsg):
             if msg.topic == self.requester and msg.subject == self.topic and msg.address == self.address:
                 self._saw(msg.sequence)
-        elif kind is proto.DirectPartitionsMsg:
+        elif isinstance(msg, proto.DirectPartitionsMsg):
             if msg.topic != self.requester or msg.subject not in ("", self.topic):
                 return
             self.answered.add(msg.address)

@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import zmq
 
@@ -53,14 +53,14 @@ class Curve:
             raise ConfigError(f"{authorized!r} is not a directory of public keys", key="security/authorized_keys")
         return cls(server_public, server_secret, peer_public, peer_secret, authorized)
 
-    def serve(self, sock: zmq.Socket) -> None:
+    def serve(self, sock: zmq.Socket[Any]) -> None:
         """Make a socket that will bind a CURVE server (call before bind)."""
         sock.curve_secretkey = self.server_secret
         sock.curve_publickey = self.server_public
         sock.curve_server = True
         sock.zap_domain = ZAP_DOMAIN.encode()
 
-    def client(self, sock: zmq.Socket) -> None:
+    def client(self, sock: zmq.Socket[Any]) -> None:
         """Make a socket that will connect a CURVE client (call before connect)."""
         sock.curve_secretkey = self.peer_secret
         sock.curve_publickey = self.peer_public
@@ -83,10 +83,10 @@ def _load_secret(config: Config, key: str) -> tuple[bytes, bytes]:
 
 
 _auth_lock = threading.Lock()
-_authenticators: dict[int, list] = {}
+_authenticators: dict[int, list[Any]] = {}
 
 
-def acquire_authenticator(ctx: zmq.Context, curve: Curve | None) -> None:
+def acquire_authenticator(ctx: zmq.Context[Any], curve: Curve | None) -> None:
     """Start (or share) the ZAP authenticator of ``ctx``; pair with :func:`release_authenticator`."""
     if curve is None:
         return
@@ -102,7 +102,7 @@ def acquire_authenticator(ctx: zmq.Context, curve: Curve | None) -> None:
 _ZAP_REBIND_TIMEOUT = 5.0  # seconds
 
 
-def _start_authenticator(ctx: zmq.Context) -> "ThreadAuthenticator":
+def _start_authenticator(ctx: zmq.Context[Any]) -> "ThreadAuthenticator":
     from zmq.auth.thread import ThreadAuthenticator
 
     """A started authenticator.  Its ZAP socket binds ``inproc://zeromq.zap.01``,
@@ -123,7 +123,7 @@ def _start_authenticator(ctx: zmq.Context) -> "ThreadAuthenticator":
         delay = min(delay * 2, 0.05)
 
 
-def release_authenticator(ctx: zmq.Context, curve: Curve | None) -> None:
+def release_authenticator(ctx: zmq.Context[Any], curve: Curve | None) -> None:
     if curve is None:
         return
     with _auth_lock:

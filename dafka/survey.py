@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import zmq
 
 from . import proto
 from .beacon import CONNECT, Beacon
+from .config import Config
 from .peer import DataSocket, connect, new_address, read_subscriptions
 
 
@@ -74,7 +76,7 @@ class Survey:
         order = {"producer": 0, "consumer": 1, "store-writer": 2, "store-reader": 3, "?": 4}
         return sorted(rows, key=lambda r: (order[r["role"]], r["address"]))
 
-    def group_rows(self) -> list[dict]:
+    def group_rows(self) -> list[dict[str, Any]]:
         rows = []
         for group, members in sorted(self.groups.items()):
             for address, msg in sorted(members.items()):
@@ -89,7 +91,7 @@ class Survey:
                 })
         return rows
 
-    def partition_rows(self) -> list[dict]:
+    def partition_rows(self) -> list[dict[str, Any]]:
         rows = []
         for key in sorted(set(self.store_heads) | set(self.producer_heads)):
             stores = self.store_heads.get(key, {})
@@ -104,7 +106,7 @@ class Survey:
 
 
 class StatusPeer:
-    def __init__(self, config, topic: str | None, groups: bool = False) -> None:
+    def __init__(self, config: Config, topic: str | None, groups: bool = False) -> None:
         self.config = config
         self.groups = groups
         self.ctx = zmq.Context()
@@ -114,7 +116,7 @@ class StatusPeer:
         self.xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
         self.xpub.linger = 0
         self.data = DataSocket(self.ctx, config, self.xpub, self.address, "status")
-        self.subs: dict[str, zmq.Socket] = {}  # endpoint -> SUB
+        self.subs: dict[str, zmq.Socket[Any]] = {}  # endpoint -> SUB
         self.poller = zmq.Poller()
         self.poller.register(self.xpub, zmq.POLLIN)
         self.poller.register(self.data.beacon.events, zmq.POLLIN)
@@ -183,9 +185,9 @@ class StatusPeer:
                 self.poller.register(sock, zmq.POLLIN)
             else:
                 self.survey.peers.pop(event.endpoint, None)
-                sock = self.subs.pop(event.endpoint, None)
-                if sock is not None:
-                    self.poller.unregister(sock)
+                gone = self.subs.pop(event.endpoint, None)
+                if gone is not None:
+                    self.poller.unregister(gone)
                     sock.close(0)
 
     def on_subscriptions(self) -> None:
@@ -208,9 +210,9 @@ class StatusPeer:
         if ask:
             self.get_heads()
 
-    def on_peer(self, sock: zmq.Socket) -> None:
+    def on_peer(self, sock: zmq.Socket[Any]) -> None:
         endpoint = next((e for e, s in self.subs.items() if s is sock), None)
-        sender = self.survey.peers.get(endpoint, "?")
+        sender = self.survey.peers.get(endpoint, "?") if endpoint is not None else "?"
         survey = self.survey
         new_topics = []
         hello = False
@@ -223,25 +225,24 @@ class StatusPeer:
                 msg = proto.decode(frames)
             except proto.MalformedMessage:
                 continue
-            kind = type(msg)
-            if kind is proto.DirectHeadMsg and msg.topic == self.address and survey.wants(msg.subject):
+            if isinstance(msg, proto.DirectHeadMsg) and msg.topic == self.address and survey.wants(msg.subject):
                 heads = survey.store_heads.setdefault((msg.subject, msg.address), {})
                 heads[sender] = max(heads.get(sender, -1), msg.sequence)
                 survey.note_role(sender, "store-reader")
-            elif kind is proto.HeadMsg and survey.wants(msg.subject):
+            elif isinstance(msg, proto.HeadMsg) and survey.wants(msg.subject):
                 key = (msg.subject, msg.address)
                 survey.producer_heads[key] = max(survey.producer_heads.get(key, -1), msg.sequence)
                 survey.note_role(msg.address, "producer")
                 if msg.subject not in self.asked:
                     new_topics.append(msg.subject)
-            elif kind is proto.GroupMemberMsg:
+            elif isinstance(msg, proto.GroupMemberMsg):
                 members = survey.groups.setdefault(msg.topic, {})
                 if msg.leaving:
                     members.pop(msg.address, None)
                 else:
                     members[msg.address] = msg
                 survey.note_role(msg.address, "consumer")
-            elif kind is proto.StoreHelloMsg and msg.topic == self.address:
+            elif isinstance(msg, proto.StoreHelloMsg) and msg.topic == self.address:
                 survey.note_role(msg.address, "store-reader")
                 hello = True
         if hello:
