@@ -45,7 +45,7 @@ class TableState:
         """Apply one change (an envelope, decoded or not); False if it was
         at or below the partition's last position, and so dropped."""
         if not isinstance(change, dict):
-            change = json.loads(change)
+            change = dict(json.loads(change))
         position = envelope.position(change)
         if position <= self.positions.get(partition, (-1, -1)):
             self.dropped += 1

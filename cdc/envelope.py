@@ -28,10 +28,11 @@ from typing import Any
 VERSION = 1
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-if json.encoder.c_make_encoder is not None:
+_c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)  # the C accelerator, not in typeshed
+if _c_make_encoder is not None:
     # JSONEncoder.encode builds this C encoder anew on every call, which cost more than the encoding of a
     # change's rows (py-spy of the connector); one built once encodes the same, byte for byte.
-    _c_encode = json.encoder.c_make_encoder(None, _encoder.default, json.encoder.encode_basestring, None, ":", ",",
+    _c_encode = _c_make_encoder(None, _encoder.default, json.encoder.encode_basestring, None, ":", ",",
                                             False, False, True)
 
     def _dumps(value: Any) -> str:
@@ -39,7 +40,8 @@ if json.encoder.c_make_encoder is not None:
             return json.encoder.encode_basestring(value)
         return "".join(_c_encode(value, 0))
 else:  # pragma: no cover - a Python without the json accelerator
-    _dumps = _encoder.encode
+    def _dumps(value: Any) -> str:
+        return _encoder.encode(value)
 
 
 def source_head(connector: str, name: str, db: str) -> str:
@@ -61,8 +63,8 @@ class TransactionEncoder:
         self._tail = ((',"snapshot":true' if snapshot else ',"snapshot":false')
                       + ("," + _dumps(extra)[1:-1] if extra else "") + f'}},"ts_ms":{commit_ms:d}')
 
-    def encode(self, op: str, schema: str, table: str, seq: int, last: bool, before: dict | None,
-               after: dict | None, key: dict | None, unchanged: list[str]) -> bytes:
+    def encode(self, op: str, schema: str, table: str, seq: int, last: bool, before: dict[str, Any] | None,
+               after: dict[str, Any] | None, key: dict[str, Any] | None, unchanged: list[str]) -> bytes:
         """The envelope's bytes (UTF-8 JSON)."""
         text = ('{"op":"' + op + '","before":' + _dumps(before) + ',"after":' + _dumps(after) + ',"key":'
                 + _dumps(key) + ',"source":' + self._head + _dumps(schema) + ',"table":' + _dumps(table)

@@ -36,7 +36,7 @@ import time
 from collections import deque
 from itertools import groupby
 from operator import itemgetter
-from typing import Any, Callable, Generator, Iterable
+from typing import Any, Callable, Generator, Generic, Iterable, TypeVar, overload
 
 import zmq
 
@@ -48,6 +48,8 @@ from .producer import Producer
 from .records import Record, RecordMetadata, TopicPartition
 
 __all__ = ["AsyncConsumer", "AsyncProducer", "SendFuture", "TopicPartition"]
+
+V = TypeVar("V")  # a record's value (see dafka.Producer and dafka.Consumer)
 
 _topic_partition = itemgetter(0, 1)  # of a Record (a named tuple)
 
@@ -95,7 +97,7 @@ def _bind(bound: asyncio.AbstractEventLoop | None, what: str) -> asyncio.Abstrac
     return loop
 
 
-class AsyncConsumer:
+class AsyncConsumer(Generic[V]):
     """Read records of one or more topics from asyncio, in order per partition,
     once each: :class:`dafka.Consumer`'s guarantees, arguments and errors.
 
@@ -109,12 +111,31 @@ class AsyncConsumer:
     implicitly; :meth:`getone`/:meth:`getmany` take no partitions to filter on;
     partitions are producers' addresses."""
 
+    # Typed as AsyncConsumer[bytes] without a value_deserializer, else AsyncConsumer[what it returns].
+    @overload
+    def __init__(
+        self: AsyncConsumer[bytes], *topics: str, config: ConfigLike = None, address: str | None = None,
+        value_deserializer: None = None, offsets_path: str | None = None, ctx: zmq.Context[Any] | None = None,
+        group: str | None = None, listener: ConsumerRebalanceListener | None = None, on_assign: Callback | None = None,
+        on_revoke: Callback | None = None, enable_auto_commit: bool | None = None,
+        auto_commit_interval_ms: int | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: AsyncConsumer[V], *topics: str, config: ConfigLike = None, address: str | None = None,
+        value_deserializer: Callable[[bytes], V], offsets_path: str | None = None, ctx: zmq.Context[Any] | None = None,
+        group: str | None = None, listener: ConsumerRebalanceListener | None = None, on_assign: Callback | None = None,
+        on_revoke: Callback | None = None, enable_auto_commit: bool | None = None,
+        auto_commit_interval_ms: int | None = None,
+    ) -> None: ...
+
     def __init__(
         self,
         *topics: str,
         config: ConfigLike = None,
         address: str | None = None,
-        value_deserializer: Callable[[bytes], Any] | None = None,
+        value_deserializer: Callable[[bytes], V] | None = None,
         offsets_path: str | None = None,
         ctx: zmq.Context[Any] | None = None,
         group: str | None = None,
@@ -124,7 +145,7 @@ class AsyncConsumer:
         enable_auto_commit: bool | None = None,
         auto_commit_interval_ms: int | None = None,
     ) -> None:
-        self._consumer = Consumer(*topics, config=config, address=address, value_deserializer=value_deserializer,
+        self._consumer: Consumer[V] = Consumer(*topics, config=config, address=address, value_deserializer=value_deserializer,
                                   offsets_path=offsets_path, ctx=ctx, group=group, listener=listener,
                                   on_assign=on_assign, on_revoke=on_revoke, enable_auto_commit=enable_auto_commit,
                                   auto_commit_interval_ms=auto_commit_interval_ms)
@@ -185,7 +206,7 @@ class AsyncConsumer:
 
     close = stop  # the sync API's name
 
-    async def __aenter__(self) -> "AsyncConsumer":
+    async def __aenter__(self) -> AsyncConsumer[V]:
         await self.start()
         return self
 
@@ -194,12 +215,12 @@ class AsyncConsumer:
 
     # -- reading --------------------------------------------------------------
 
-    async def getone(self) -> Record:
+    async def getone(self) -> Record[V]:
         """The next record, waiting as long as it takes."""
         ready = await self._wait_ready(None)
         return self._consumer._take(ready, 1)[0]
 
-    async def getmany(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, list[Record]]:
+    async def getmany(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, list[Record[V]]]:
         """The records ready now, up to ``max_records`` (None: all), waiting up
         to ``timeout_ms`` for the first; ``{}`` after the timeout.  Keyed by
         :class:`TopicPartition` (equal to the tuple ``(topic, partition)``),
@@ -209,7 +230,7 @@ class AsyncConsumer:
         ready = await self._wait_ready(max(timeout_ms, 0) / 1000.0)
         if not ready:
             return {}
-        batches: dict[tuple[str, str], list[Record]] = {}
+        batches: dict[tuple[str, str], list[Record[V]]] = {}
         # Records come in runs of one partition: grouped in C, as runs.
         for key, run in groupby(self._consumer._take(ready, max_records or len(ready)), _topic_partition):
             batch = batches.get(key)
@@ -219,21 +240,21 @@ class AsyncConsumer:
                 batch.extend(run)
         return {TopicPartition(*key): batch for key, batch in batches.items()}
 
-    def __aiter__(self) -> "AsyncConsumer":
+    def __aiter__(self) -> AsyncConsumer[V]:
         return self
 
-    async def __anext__(self) -> Record:
+    async def __anext__(self) -> Record[V]:
         """The next record for ``async for`` (which ends when the consumer is closed)."""
         ready = self._state.ready
         if ready and self._fast:
-            return ready.popleft()
+            return ready.popleft()  # type: ignore[return-value]  # _fast: no deserializer, an AsyncConsumer[bytes]
         try:
             ready = await self._wait_ready(None)
         except Closed:
             raise StopAsyncIteration from None
         return self._consumer._take(ready, 1)[0]
 
-    async def _wait_ready(self, timeout: float | None) -> deque[Record]:
+    async def _wait_ready(self, timeout: float | None) -> deque[Record[bytes]]:
         """Commit what the previous read returned, then serve the consumer's
         sockets and timers until records are ready or ``timeout`` seconds
         pass; returns the ready queue (empty after the timeout).
@@ -325,7 +346,7 @@ class SendFuture:
     __slots__ = ("_producer", "offset", "_future")
     _asyncio_future_blocking = False  # asyncio.isfuture(): used as a Future, never wrapped in a Task
 
-    def __init__(self, producer: "AsyncProducer", offset: int) -> None:
+    def __init__(self, producer: AsyncProducer[Any], offset: int) -> None:
         self._producer = producer
         self.offset = offset
         self._future: asyncio.Future[RecordMetadata] | None = None
@@ -399,7 +420,7 @@ class SendFuture:
 
 
 
-class AsyncProducer:
+class AsyncProducer(Generic[V]):
     """Publish records to ``topic`` as one partition, from asyncio:
     :class:`dafka.Producer`'s guarantees, arguments and errors.
 
@@ -413,13 +434,26 @@ class AsyncProducer:
     one partition); the producer starts in the constructor; the future is
     created lazily (:class:`SendFuture`)."""
 
+    # Typed as AsyncProducer[bytes] without a value_serializer, else AsyncProducer[what it takes].
+    @overload
+    def __init__(
+        self: AsyncProducer[bytes], topic: str, config: ConfigLike = None, *, address: str | None = None,
+        value_serializer: None = None, ctx: zmq.Context[Any] | None = None, resume: bool = False,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: AsyncProducer[V], topic: str, config: ConfigLike = None, *, address: str | None = None,
+        value_serializer: Callable[[V], bytes], ctx: zmq.Context[Any] | None = None, resume: bool = False,
+    ) -> None: ...
+
     def __init__(
         self,
         topic: str,
         config: ConfigLike = None,
         *,
         address: str | None = None,
-        value_serializer: Callable[[Any], bytes] | None = None,
+        value_serializer: Callable[[V], bytes] | None = None,
         ctx: zmq.Context[Any] | None = None,
         resume: bool = False,
     ) -> None:
@@ -492,7 +526,7 @@ class AsyncProducer:
 
     close = stop  # the sync API's name
 
-    async def __aenter__(self) -> "AsyncProducer":
+    async def __aenter__(self) -> AsyncProducer[V]:
         await self.start()
         return self
 
@@ -501,7 +535,7 @@ class AsyncProducer:
 
     # -- sending ----------------------------------------------------------------
 
-    async def send(self, value: Any) -> SendFuture:
+    async def send(self, value: V) -> SendFuture:
         """Publish one record; returns its :class:`SendFuture`, done once
         ``producer/min_acks`` stores have ACKed it (at once with 0).  Raises
         :class:`RecordTooLarge`, :class:`BufferFull` and :class:`Closed` as
@@ -510,15 +544,17 @@ class AsyncProducer:
         if self._producer._release_listener is None:
             self._attach()
         if self.value_serializer is not None:
-            value = self.value_serializer(value)
+            raw = self.value_serializer(value)
+        else:
+            raw = value  # type: ignore[assignment]  # an AsyncProducer[bytes]: bytes (the producer checks)
         if self._waiting_for_room:
-            return SendFuture(self, await self._send_when_room(value))
+            return SendFuture(self, await self._send_when_room(raw))
         try:
-            return SendFuture(self, self._producer.send(value, timeout=0).offset)
+            return SendFuture(self, self._producer.send(raw, timeout=0).offset)
         except BufferFull:
-            return SendFuture(self, await self._send_when_room(value))
+            return SendFuture(self, await self._send_when_room(raw))
 
-    async def send_and_wait(self, value: Any) -> RecordMetadata:
+    async def send_and_wait(self, value: V) -> RecordMetadata:
         """Publish one record and wait until ``producer/min_acks`` stores have ACKed it."""
         return await (await self.send(value))
 

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar, overload
 
 import zmq
 
@@ -25,6 +25,8 @@ from .offsets import OffsetJournal
 from .peer import ConfigLike, DataSocket, PeerLinks, as_config, drain_records, new_address, queue_messages
 from .records import Record, TopicPartition
 
+V = TypeVar("V")  # a record's value: bytes, or what the value_deserializer returns
+
 log = logging.getLogger(__name__)
 
 # Records moved from the socket into the ready queue per wake-up at most, taken DRAIN_STEP messages
@@ -36,7 +38,7 @@ DRAIN_STEP = 4
 _TICK = 0.1  # seconds between fetch-retry checks
 
 
-class Consumer:
+class Consumer(Generic[V]):
     """Read records of one or more topics, in order per partition.
 
     >>> with Consumer("weather", config={"consumer/offset/reset": "earliest"}) as c:
@@ -51,12 +53,40 @@ class Consumer:
     ``consumer/group/auto_commit`` and ``consumer/group/auto_commit_interval``.
     """
 
+    # Typed as Consumer[bytes] without a value_deserializer, else Consumer[what it returns].
+    @overload
+    def __init__(
+        self: Consumer[bytes], *topics: str, config: ConfigLike = None, address: str | None = None,
+        value_deserializer: None = None, offsets_path: str | None = None, ctx: zmq.Context[Any] | None = None,
+        group: str | None = None, listener: ConsumerRebalanceListener | None = None, on_assign: Callback | None = None,
+        on_revoke: Callback | None = None, enable_auto_commit: bool | None = None,
+        auto_commit_interval_ms: int | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Consumer[V], *topics: str, config: ConfigLike = None, address: str | None = None,
+        value_deserializer: Callable[[bytes], V], offsets_path: str | None = None, ctx: zmq.Context[Any] | None = None,
+        group: str | None = None, listener: ConsumerRebalanceListener | None = None, on_assign: Callback | None = None,
+        on_revoke: Callback | None = None, enable_auto_commit: bool | None = None,
+        auto_commit_interval_ms: int | None = None,
+    ) -> None: ...
+
+    @overload  # a deserializer or None, known only at run time (a wrapper's)
+    def __init__(
+        self: Consumer[Any], *topics: str, config: ConfigLike = None, address: str | None = None,
+        value_deserializer: Callable[[bytes], Any] | None = None, offsets_path: str | None = None,
+        ctx: zmq.Context[Any] | None = None, group: str | None = None, listener: ConsumerRebalanceListener | None = None,
+        on_assign: Callback | None = None, on_revoke: Callback | None = None, enable_auto_commit: bool | None = None,
+        auto_commit_interval_ms: int | None = None,
+    ) -> None: ...
+
     def __init__(
         self,
         *topics: str,
         config: ConfigLike = None,
         address: str | None = None,
-        value_deserializer: Callable[[bytes], Any] | None = None,
+        value_deserializer: Callable[[bytes], V] | None = None,
         offsets_path: str | None = None,
         ctx: zmq.Context[Any] | None = None,
         group: str | None = None,
@@ -101,7 +131,7 @@ class Consumer:
         )
         self._lock = threading.RLock()  # re-entered by rebalance callbacks that commit or ask the assignment
         self._closed = False
-        self._last: list[Record] = []  # what the previous poll/consume returned (offsets file only)
+        self._last: list[Record[Any]] = []  # what the previous poll/consume returned (offsets file only)
         self._xpub = self._ctx.socket(zmq.XPUB)
         self._xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
         self._xpub.sndhwm = c["consumer/high_watermark"]
@@ -175,7 +205,7 @@ class Consumer:
                 return None
             return self._group.state.committed.get((topic or self._topic_of(partition), partition))
 
-    def poll(self, timeout: float | None = None) -> Record | None:
+    def poll(self, timeout: float | None = None) -> Record[V] | None:
         """The next record, or None after ``timeout`` seconds (None: wait forever)."""
         with self._lock:
             ready = self._state.ready
@@ -183,14 +213,17 @@ class Consumer:
                 ready = self._wait_ready(timeout)
                 if not ready:
                     return None
-            record = ready.popleft()
+            raw = ready.popleft()
+            record: Record[V]
             if self.value_deserializer is not None:
-                record = Record(record.topic, record.partition, record.offset, self.value_deserializer(record.value))
+                record = Record(raw.topic, raw.partition, raw.offset, self.value_deserializer(raw.value))
+            else:
+                record = raw  # type: ignore[assignment]  # a Consumer[bytes]
             if self._journal is not None:
                 self._last = [record]
             return record
 
-    def consume(self, max_records: int = 500, timeout: float | None = None) -> list[Record]:
+    def consume(self, max_records: int = 500, timeout: float | None = None) -> list[Record[V]]:
         """Up to ``max_records`` records in one call, waiting up to ``timeout``
         seconds (None: forever) for the first; an empty list after the
         timeout.  Like confluent-kafka's ``consume``: for throughput, it spares
@@ -203,7 +236,7 @@ class Consumer:
             ready = self._wait_ready(timeout)
             return self._take(ready, max_records) if ready else []
 
-    def _wait_ready(self, timeout: float | None) -> deque[Record]:
+    def _wait_ready(self, timeout: float | None) -> deque[Record[bytes]]:
         """With the lock held: commit what the previous call returned, then
         run the loop until records are ready or ``timeout`` passes; returns
         the ready queue (empty after a timeout)."""
@@ -219,7 +252,7 @@ class Consumer:
 
     # -- the steps of a read, shared with dafka.aio.AsyncConsumer -------------
 
-    def _resume(self) -> deque[Record]:
+    def _resume(self) -> deque[Record[bytes]]:
         """The start of every read: raise :class:`Closed` if closed, commit
         what the previous read returned; returns the ready queue."""
         if self._closed:
@@ -238,7 +271,7 @@ class Consumer:
         self._flush_out()
         return served
 
-    def _take(self, ready: deque[Record], max_records: int) -> list[Record]:
+    def _take(self, ready: deque[Record[bytes]], max_records: int) -> list[Record[V]]:
         """Up to ``max_records`` records off ``ready``, deserialized, and
         remembered for the offsets file (committed by the next read)."""
         if len(ready) <= max_records:
@@ -247,14 +280,17 @@ class Consumer:
         else:
             popleft = ready.popleft
             records = [popleft() for _ in range(max_records)]
+        out: list[Record[V]]
         if self.value_deserializer is not None:
             decode = self.value_deserializer
-            records = [Record(r.topic, r.partition, r.offset, decode(r.value)) for r in records]
+            out = [Record(r.topic, r.partition, r.offset, decode(r.value)) for r in records]
+        else:
+            out = records  # type: ignore[assignment]  # a Consumer[bytes]
         if self._journal is not None:
-            self._last = records
-        return records
+            self._last = out
+        return out
 
-    def __iter__(self) -> Iterator[Record]:
+    def __iter__(self) -> Iterator[Record[V]]:
         while not self._closed:
             record = self.poll(1.0)
             if record is not None:
@@ -332,7 +368,7 @@ class Consumer:
             self._sub.close(0)
             self._xpub.close(0)
 
-    def __enter__(self) -> "Consumer":
+    def __enter__(self) -> Consumer[V]:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -39,7 +39,7 @@ class Partition:
                  "seen_next", "progress_at", "record_size", "window_from", "window_bytes", "watched_next",
                  "sink")
 
-    def __init__(self, topic: str, address: str, next_offset: int, sink: deque[Record]) -> None:
+    def __init__(self, topic: str, address: str, next_offset: int, sink: deque[Record[bytes]]) -> None:
         self.sink = sink  # where its records are delivered: the ready queue, or an internal topic's own
         self.topic = topic
         self.address = address
@@ -93,7 +93,7 @@ class ConsumerState(RecordIntake):
         self.partitions: dict[tuple[str, str], Partition] = {}
         self._positions = dict(positions or {})
         self.out: list[list[bytes]] = []
-        self.ready: deque[Record] = deque()
+        self.ready: deque[Record[bytes]] = deque()
         self.awaiting: set[Partition] = set()  # partitions that lack records known to exist: tick() looks at them
         self.skipped = 0
         self.now = 0.0
@@ -111,14 +111,14 @@ class ConsumerState(RecordIntake):
         # them (:meth:`start`); internal topics (the group's offsets) are read whole, from the
         # earliest record, into queues of their own.
         self.group = group
-        self.sinks: dict[str, deque[Record]] = {}
+        self.sinks: dict[str, deque[Record[bytes]]] = {}
         # A group member subscribes to the records of the partitions it reads only (publishers filter the
         # rest out): SUB prefixes to add (True) or remove (False), for the consumer to apply.
         self.sub_changes: list[tuple[bool, bytes]] = []
 
     # -- subscriptions ------------------------------------------------------
 
-    def subscribe(self, topic: str, sink: deque[Record] | None = None) -> list[bytes]:
+    def subscribe(self, topic: str, sink: deque[Record[bytes]] | None = None) -> list[bytes]:
         """Subscribe to ``topic``; returns the SUB prefixes to add.  With a
         ``sink`` it is an internal topic: every partition is read from the
         earliest record into ``sink``, never into :attr:`ready`."""

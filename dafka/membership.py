@@ -48,7 +48,7 @@ class ConsumerRebalanceListener:
 class Membership:
     def __init__(
         self,
-        consumer: "Consumer",
+        consumer: Consumer[Any],
         group: str,
         *,
         on_assign: Callback | None,
@@ -66,7 +66,7 @@ class Membership:
             now=now,
         )
         self.offsets_topic = offsets_topic(group)
-        self.inbox: deque[Record] = deque()  # records of the offsets topic
+        self.inbox: deque[Record[bytes]] = deque()  # records of the offsets topic
         self.on_assign = on_assign
         self.on_revoke = on_revoke
         self.auto_commit = auto_commit

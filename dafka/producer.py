@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Generic, Sequence, TypeVar, overload
 
 import zmq
 
@@ -29,6 +29,8 @@ from .peer import raw_send as _raw_send
 from .producer_state import ProducerState
 from .records import RecordMetadata
 from .resume import ResumeState
+
+V = TypeVar("V")  # what send takes: bytes, or what the value_serializer takes
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ class SendHandle:
 
     __slots__ = ("_producer", "offset")
 
-    def __init__(self, producer: "Producer", offset: int) -> None:
+    def __init__(self, producer: Producer[Any], offset: int) -> None:
         self._producer = producer
         self.offset = offset
 
@@ -79,7 +81,7 @@ def _as_bytes(value: object) -> bytes:
     raise TypeError(f"record value must be bytes (or set value_serializer), got {type(value).__name__}")
 
 
-class Producer:
+class Producer(Generic[V]):
     """Publish records to ``topic`` as one partition.
 
     >>> with Producer("weather", {"beacon/address": "127.0.0.1"}) as p:
@@ -98,13 +100,35 @@ class Producer:
     was claimed (a mirror uses it to leave a partition that is not its own).
     """
 
+    # Typed as Producer[bytes] without a value_serializer, else Producer[what it takes].
+    @overload
+    def __init__(
+        self: Producer[bytes], topic: str, config: ConfigLike = None, *, address: str | None = None,
+        value_serializer: None = None, ctx: zmq.Context[Any] | None = None, resume: bool = False,
+        on_resume: Callable[[int], None] | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Producer[V], topic: str, config: ConfigLike = None, *, address: str | None = None,
+        value_serializer: Callable[[V], bytes], ctx: zmq.Context[Any] | None = None, resume: bool = False,
+        on_resume: Callable[[int], None] | None = None,
+    ) -> None: ...
+
+    @overload  # a serializer or None, known only at run time (a wrapper's)
+    def __init__(
+        self: Producer[Any], topic: str, config: ConfigLike = None, *, address: str | None = None,
+        value_serializer: Callable[[Any], bytes] | None = None, ctx: zmq.Context[Any] | None = None,
+        resume: bool = False, on_resume: Callable[[int], None] | None = None,
+    ) -> None: ...
+
     def __init__(
         self,
         topic: str,
         config: ConfigLike = None,
         *,
         address: str | None = None,
-        value_serializer: Callable[[Any], bytes] | None = None,
+        value_serializer: Callable[[V], bytes] | None = None,
         ctx: zmq.Context[Any] | None = None,
         resume: bool = False,
         on_resume: Callable[[int], None] | None = None,
@@ -200,7 +224,7 @@ class Producer:
 
     def send(
         self,
-        value: Any,
+        value: V,
         *,
         on_delivery: Callable[[RecordMetadata | None, Exception | None], None] | None = None,
         timeout: float | None = None,
@@ -212,12 +236,14 @@ class Producer:
         raises :class:`BufferFull`.  ``on_delivery(metadata, None)`` is called
         from the producer's thread once the record is acked."""
         if self.value_serializer is not None:
-            value = self.value_serializer(value)
-        if type(value) is not bytes:
-            value = _as_bytes(value)
-        if len(value) > self.max_record_bytes:
+            raw = self.value_serializer(value)
+        else:
+            raw = value  # type: ignore[assignment]  # a Producer[bytes]: bytes, or checked below
+        if type(raw) is not bytes:
+            raw = _as_bytes(raw)
+        if len(raw) > self.max_record_bytes:
             raise RecordTooLarge(
-                f"record of {len(value)} bytes is over producer/max_record_bytes={self.max_record_bytes}; "
+                f"record of {len(raw)} bytes is over producer/max_record_bytes={self.max_record_bytes}; "
                 "nothing was sent"
             )
         with self._lock:
@@ -225,14 +251,14 @@ class Producer:
                 raise self._fenced or Closed("producer is closed")
             state = self._state
             now = _clock()
-            seq = state.publish(value, now)
+            seq = state.publish(raw, now)
             if seq < 0:
-                seq = self._publish_when_room(value, self.send_timeout if timeout is None else timeout)
+                seq = self._publish_when_room(raw, self.send_timeout if timeout is None else timeout)
             audience = state.audience
             if audience.records:  # a RECORD for those who read no batches (reference peers...)
                 pub = self._pub
                 _raw_send(pub, state.record_frame(seq), zmq.SNDMORE)
-                _raw_send(pub, value)
+                _raw_send(pub, raw)
             first = seq == self._first_seq
             if audience.batches:
                 if state.batch_due or first:  # (the first record goes at once, before its HEAD below)
@@ -250,7 +276,7 @@ class Producer:
                 self._pub.send(state.head_frame())
         return SendHandle(self, seq)
 
-    def send_many(self, values: list[Any], *, timeout: float | None = None, offset: int | None = None) -> int:
+    def send_many(self, values: Sequence[V], *, timeout: float | None = None, offset: int | None = None) -> int:
         """Publish several records at once, in order; thread-safe.  Returns
         the offset of the first (the others follow it, consecutively).  With
         ``offset``, the first record must get exactly that offset: a mirror
@@ -263,20 +289,23 @@ class Producer:
         whatever the time between the caller's records.  Waits for room like
         :meth:`send`; a record over ``producer/max_record_bytes`` raises
         :class:`RecordTooLarge` before any is sent."""
+        raws: Sequence[bytes]
         if self.value_serializer is not None:
-            values = [self.value_serializer(value) for value in values]
-        if set(map(type, values)) - {bytes}:  # (tested in C: a mirror sends bytes, many at a time)
-            values = [value if type(value) is bytes else _as_bytes(value) for value in values]
-        if not values:
+            raws = list(map(self.value_serializer, values))
+        else:
+            raws = values  # type: ignore[assignment]  # a Producer[bytes]: bytes, or checked below
+        if set(map(type, raws)) - {bytes}:  # (tested in C: a mirror sends bytes, many at a time)
+            raws = [raw if type(raw) is bytes else _as_bytes(raw) for raw in raws]
+        if not raws:
             return self._state.next_seq
-        largest = max(map(len, values))
+        largest = max(map(len, raws))
         if largest > self.max_record_bytes:
             raise RecordTooLarge(f"record of {largest} bytes is over producer/max_record_bytes="
                                  f"{self.max_record_bytes}; nothing was sent")
         timeout = self.send_timeout if timeout is None else timeout
-        total = sum(map(len, values))
+        total = sum(map(len, raws))
         # Chunks of about one RECORDS each (batching.BURST_RECORDS records or BURST_BYTES bytes).
-        step = max(1, min(batching.BURST_RECORDS, len(values) * batching.BURST_BYTES // max(total, 1)))
+        step = max(1, min(batching.BURST_RECORDS, len(raws) * batching.BURST_BYTES // max(total, 1)))
         with self._lock:
             if self._closed or self._fenced is not None:
                 raise self._fenced or Closed("producer is closed")
@@ -286,9 +315,9 @@ class Producer:
                                  f"not {offset}: nothing was sent")
             first_seq = state.next_seq
             now = _clock()
-            for start in range(0, len(values), step):
-                chunk = values[start:start + step]
-                seq = state.publish_many(chunk, sum(map(len, chunk)) if step < len(values) else total, now)
+            for start in range(0, len(raws), step):
+                chunk = raws[start:start + step]
+                seq = state.publish_many(chunk, sum(map(len, chunk)) if step < len(raws) else total, now)
                 if seq < 0:
                     self._publish_one_by_one(chunk, now, timeout)  # too little room for all: wait record by record
                     continue
@@ -305,7 +334,7 @@ class Producer:
                 self._look_for_subscriptions(now)
         return first_seq
 
-    def _publish_one_by_one(self, values: list[bytes], now: float, timeout: float) -> None:
+    def _publish_one_by_one(self, values: Sequence[bytes], now: float, timeout: float) -> None:
         """With the lock held: publish ``values``, waiting for room as each needs it."""
         state = self._state
         audience = state.audience
@@ -403,7 +432,7 @@ class Producer:
                 "claimed": int(self._fenced is not None),
             }
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer[V]:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import islice
-from typing import Generator, Iterator
+from typing import Generator, Iterator, Sequence
 
 from . import batching, proto
 from . import bulk as bulk_answers
@@ -115,7 +115,7 @@ class ProducerState:
             self.last_publish = now
         return seq
 
-    def publish_many(self, values: list[bytes], size: int, now: float = 0.0) -> int:
+    def publish_many(self, values: Sequence[bytes], size: int, now: float = 0.0) -> int:
         """Take all of ``values`` (``size`` bytes in all) if the unacked
         buffer has room for them together (or is empty): returns the first
         one's sequence, or -1, taking nothing.  They join the live batch

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 from itertools import count, repeat
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, Generic, Iterable, Iterator, NamedTuple, TypeVar
+
+V = TypeVar("V")  # a record's value: bytes, or what the consumer's value_deserializer returns
 
 
-class Record(NamedTuple):
+class Record(NamedTuple, Generic[V]):
     """One record of a partition, as delivered by :class:`dafka.Consumer`.
 
     ``partition`` is the producer's address; ``offset`` its sequence number.
@@ -20,7 +22,7 @@ class Record(NamedTuple):
     topic: str
     partition: str
     offset: int
-    value: Any
+    value: V
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,6 @@ make_record = partial(tuple.__new__, Record)
 4-tuple, without the Python ``__new__`` a named tuple's class call runs."""
 
 
-def records(topic: str, partition: str, first: int, values: Iterable[Any]) -> Iterator[Record]:
+def records(topic: str, partition: str, first: int, values: Iterable[Any]) -> Iterator[Record[Any]]:
     """Records ``first, first+1, ...`` of a partition with ``values``, built in C."""
     return map(make_record, zip(repeat(topic), repeat(partition), count(first), values))

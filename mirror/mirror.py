@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import groupby
 from operator import itemgetter
-from typing import Any
+from typing import Any, Sequence
 
 import zmq
 
@@ -100,17 +100,27 @@ class Mirror:
         self.scan_interval = scan_interval
         self.tower_timeout = tower_timeout
         self._ctx = zmq.Context()
-        self._producers: dict[Key, Producer] = {}
+        self._producers: dict[Key, Producer[bytes]] = {}
         self._pool = ThreadPoolExecutor(resume_workers, thread_name_prefix="dafka-mirror-resume")  # (each waits)
-        self._resuming: dict[Future, Partition] = {}
+        self._resuming: dict[Future[Producer[bytes]], Partition] = {}
         self._retry_at: dict[Key, float] = {}
         self._stop = threading.Event()
         self._new_topics: set[str] = set()
         self._topics_lock = threading.Lock()
         self._scanner: threading.Thread | None = None
-        self._provenance: Producer | None = None
-        self._consumer: Consumer | None = None
+        self._provenance: Producer[bytes] | None = None
+        self._consumer: Consumer[bytes] | None = None
         self._lock = threading.Lock()  # the producers dict, read by metrics scrapes
+
+    @property
+    def _source_consumer(self) -> Consumer[bytes]:
+        assert self._consumer is not None, "the mirror is not started"
+        return self._consumer
+
+    @property
+    def _own_provenance(self) -> Producer[bytes]:
+        assert self._provenance is not None, "the mirror is not started"
+        return self._provenance
 
     # -- start ---------------------------------------------------------------------
 
@@ -192,7 +202,7 @@ class Mirror:
         """Copy until :meth:`stop`; then close everything (see :meth:`close`)."""
         if self._consumer is None:
             self.start()
-        consumer = self._consumer
+        consumer = self._source_consumer
         state = self.state
         producers = self._producers
         next_tick = 0.0
@@ -200,8 +210,8 @@ class Mirror:
             while not self._stop.is_set():
                 records = consumer.consume(BATCH, timeout=0.05)
                 now = time.monotonic()
-                for (topic, partition), run in groupby(records, _KEY):
-                    run = list(run)
+                for (topic, partition), group in groupby(records, _KEY):
+                    run = list(group)
                     if topic == PROVENANCE_TOPIC:
                         for record in run:
                             self._on_provenance(record.value, own=False)
@@ -219,7 +229,7 @@ class Mirror:
         finally:
             self.close()
 
-    def _copy(self, producer: Producer, p: Partition, first: int, values: list[bytes]) -> None:
+    def _copy(self, producer: Producer[bytes], p: Partition, first: int, values: Sequence[bytes]) -> None:
         try:
             producer.send_many(values, offset=first)
         except PartitionClaimed as exc:
@@ -229,14 +239,14 @@ class Mirror:
         except BufferFull as exc:
             # The target stores stopped acking; what was sent stays sent: read the rest again from there.
             self.state.rewind(p.key, producer.stats()["sent"])
-            self._consumer.seek(p.address, p.next, topic=p.topic)
+            self._source_consumer.seek(p.address, p.next, topic=p.topic)
             log.warning("mirror %s: %s/%s waits for the target stores: %s", self.name, p.topic, p.address, exc)
             return
         self.stats.bytes += sum(map(len, values))
 
     def _tick(self, now: float) -> None:
         state = self.state
-        heads = self._consumer.heads()
+        heads = self._source_consumer.heads()
         for key, producer in self._producers.items():
             state.on_acked(key, producer.acked_offset)
             head = heads.get(key)
@@ -249,13 +259,13 @@ class Mirror:
             topics, self._new_topics = self._new_topics, set()
         if topics:
             log.info("mirror %s: new topic(s) in the source: %s", self.name, ", ".join(sorted(topics)))
-            self._consumer.subscribe(*sorted(topics))
+            self._source_consumer.subscribe(*sorted(topics))
 
     def _source_twins(self) -> None:
         """A partition beaconed by two live processes in the source: two
         writers, whose records a consumer would merge.  Stop copying it."""
         endpoints: dict[str, int] = {}
-        for sender in self._consumer._data.beacon.peers().values():
+        for sender in self._source_consumer._data.beacon.peers().values():
             endpoints[sender] = endpoints.get(sender, 0) + 1
         for key, p in list(self.state.partitions.items()):
             if endpoints.get(p.address, 0) > 1 and p.phase not in STOPPED:
@@ -271,10 +281,10 @@ class Mirror:
                 continue
             # Parked: the source is not read while the head is learnt (what it gave would be dropped and read
             # again, over a slow link twice the bytes); the seek to head + 1 unparks it.
-            self._consumer.seek(p.address, PARKED, topic=p.topic)
+            self._source_consumer.seek(p.address, PARKED, topic=p.topic)
             self._resuming[self._pool.submit(self._resume, p.key)] = p
 
-    def _resume(self, key: Key) -> Producer:
+    def _resume(self, key: Key) -> Producer[bytes]:
         """In a worker thread: the partition's producer in the target, once it
         knows the head; raises _NotOurs when the target holds the partition
         from another writer (the producer then never beaconed its address)."""
@@ -307,7 +317,7 @@ class Mirror:
             resumed = self.state.on_resumed(key, producer.acked_offset, now)
             if resumed.claim:
                 try:
-                    self._provenance.send(Provenance(key[0], key[1], self.site, self.name).encode()).get(
+                    self._own_provenance.send(Provenance(key[0], key[1], self.site, self.name).encode()).get(
                         timeout=self.target["producer/send_timeout"] / 1000.0)
                 except DafkaError as exc:  # (the target's stores stopped acking: nothing is copied before it)
                     self._close_quietly(producer)
@@ -316,8 +326,9 @@ class Mirror:
                 self.state.on_own_provenance(key)
             with self._lock:
                 self._producers[key] = producer
+            assert resumed.seek is not None  # the producer resumed: its on_resume check found the partition ours
             log.info("mirror %s: copies %s/%s from offset %d", self.name, key[0], key[1], resumed.seek)
-            self._consumer.seek(key[1], resumed.seek, topic=key[0])
+            self._source_consumer.seek(key[1], resumed.seek, topic=key[0])
 
     def _resume_failed(self, key: Key, now: float, exc: Exception) -> None:
         self.stats.resume_failures += 1
@@ -333,7 +344,7 @@ class Mirror:
             self._close_quietly(producer)
 
     @staticmethod
-    def _close_quietly(producer: Producer) -> None:
+    def _close_quietly(producer: Producer[bytes]) -> None:
         try:
             producer.close(timeout=0)
         except DafkaError:
@@ -404,11 +415,11 @@ class Mirror:
                 for p in list(self.state.partitions.values())]
 
     @property
-    def consumer(self) -> Consumer | None:
+    def consumer(self) -> Consumer[bytes] | None:
         """The source's consumer (None before :meth:`start`)."""
         return self._consumer
 
-    def producers(self) -> list[Producer]:
+    def producers(self) -> list[Producer[bytes]]:
         with self._lock:
             return list(self._producers.values())
 

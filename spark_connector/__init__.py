@@ -62,6 +62,8 @@ records again, under a new partition.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .options import DafkaSparkError, OptionError
 from .source import (
     SCHEMA,
@@ -73,6 +75,9 @@ from .source import (
     DafkaWriter,
 )
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 __all__ = [
@@ -81,7 +86,7 @@ __all__ = [
 ]
 
 
-def register(spark, *, pushdown: bool = True) -> None:
+def register(spark: SparkSession, *, pushdown: bool = True) -> None:
     """Make ``format("dafka")`` available in ``spark`` (a SparkSession).
 
     With ``pushdown`` (the default) it also enables PySpark's filter pushdown

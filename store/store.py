@@ -36,8 +36,8 @@ class Store:
     file path or None; ``db`` overrides ``store/db``.  The database is opened
     (and locked) by the constructor; the threads start with :meth:`start`."""
 
-    def __init__(self, config: ConfigLike = None, *, db: str | os.PathLike | None = None,
-                 ctx: zmq.Context | None = None) -> None:
+    def __init__(self, config: ConfigLike = None, *, db: str | os.PathLike[str] | None = None,
+                 ctx: zmq.Context[Any] | None = None) -> None:
         self.config = as_config(config)
         self.path = os.fspath(db) if db is not None else self.config["store/db"]
         self._ctx = ctx or zmq.Context.instance()
@@ -120,7 +120,7 @@ class Store:
         until a loop thread dies, then :meth:`stop`.  Raises
         :class:`StoreError` if a thread died."""
         self.start()
-        previous: dict[int, Any] = {}
+        previous: dict[signal.Signals, Any] = {}
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 previous[sig] = signal.signal(sig, lambda signum, frame: self.request_stop())

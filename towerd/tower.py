@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import zmq
 
@@ -85,7 +86,7 @@ class Tower:
     """Run a tower in a background thread (``start``/``stop``) or in the
     calling thread (``run``)."""
 
-    def __init__(self, config: Config | None = None, ctx: zmq.Context | None = None) -> None:
+    def __init__(self, config: Config | None = None, ctx: zmq.Context[Any] | None = None) -> None:
         self.config = config or Config.load()
         self._ctx = ctx or zmq.Context.instance()
         self._sub_addresses = net.split_endpoints(self.config["tower/sub_address"])
