@@ -290,6 +290,7 @@ class AsyncConsumer(Generic[V]):
 
     @property
     def address(self) -> str:
+        """The consumer's address (the requester in its FETCHes)."""
         return self._consumer.address
 
     @property
@@ -298,24 +299,31 @@ class AsyncConsumer(Generic[V]):
         return self._consumer.connected
 
     def subscribe(self, *topics: str | Iterable[str]) -> None:
+        """Add topics, as :meth:`dafka.Consumer.subscribe`."""
         self._consumer.subscribe(*topics)
 
     def subscription(self) -> list[str]:
+        """The topics subscribed to."""
         return self._consumer.subscription()
 
     def seek(self, partition: str, offset: int, topic: str | None = None) -> None:
+        """Deliver ``partition`` from ``offset`` on, as :meth:`dafka.Consumer.seek`."""
         self._consumer.seek(partition, offset, topic)
 
     def position(self, partition: str, topic: str | None = None) -> int | None:
+        """The next offset to deliver of ``partition`` (None if unknown)."""
         return self._consumer.position(partition, topic)
 
     def positions(self) -> dict[tuple[str, str], int]:
+        """The next offset to deliver of every partition, by (topic, partition)."""
         return self._consumer.positions()
 
     def stats(self) -> dict[str, int]:
+        """The sync consumer's counters (:meth:`dafka.Consumer.stats`)."""
         return self._consumer.stats()
 
     def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads (with a group: those assigned to it)."""
         return self._consumer.assignment()
 
     async def commit(self, offsets: dict[tuple[str, str], int] | None = None) -> None:
@@ -323,6 +331,7 @@ class AsyncConsumer(Generic[V]):
         self._consumer.commit(offsets)
 
     async def committed(self, partition: str, topic: str | None = None) -> int | None:
+        """The group's last commit of ``partition`` (None if none)."""
         return self._consumer.committed(partition, topic)
 
 
@@ -353,6 +362,7 @@ class SendFuture:
 
     @property
     def partition(self) -> str:
+        """The partition the record went to: the producer's address."""
         return self._producer.address
 
     def future(self) -> asyncio.Future[RecordMetadata]:
@@ -366,22 +376,27 @@ class SendFuture:
         return self.future().__await__()
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the producer is bound to (asyncio's Future API)."""
         loop = self._producer._loop
         assert loop is not None  # a SendFuture exists only once a send bound the producer to its loop
         return loop
 
     def done(self) -> bool:
+        """Whether the record is acked, failed or the future was cancelled."""
         if self._future is not None:
             return self._future.done()
         return self._producer._outcome(self.offset) is not None
 
     def cancelled(self) -> bool:
+        """Whether the waiting was cancelled (the record stays sent)."""
         return self._future is not None and self._future.cancelled()
 
     def cancel(self, msg: Any = None) -> bool:
+        """Stop waiting for the ACKs; the record stays sent."""
         return self.future().cancel(msg)
 
     def result(self) -> RecordMetadata:
+        """The record's :class:`~dafka.RecordMetadata` once acked; raises as asyncio's ``Future.result``."""
         if self._future is not None:
             return self._future.result()
         outcome = self._producer._outcome(self.offset)
@@ -392,6 +407,7 @@ class SendFuture:
         return outcome
 
     def exception(self) -> BaseException | None:
+        """The error the record failed with (:class:`~dafka.Closed`), or None."""
         if self._future is not None:
             return self._future.exception()
         outcome = self._producer._outcome(self.offset)
@@ -401,9 +417,11 @@ class SendFuture:
 
     def add_done_callback(self, fn: Callable[[asyncio.Future[RecordMetadata]], object], *,
                           context: Any = None) -> None:
+        """Call ``fn`` with the asyncio Future behind this one when it is done."""
         self.future().add_done_callback(fn, context=context)
 
     def remove_done_callback(self, fn: Callable[[asyncio.Future[RecordMetadata]], object]) -> int:
+        """Remove ``fn`` from the callbacks; returns how many were removed."""
         return 0 if self._future is None else self._future.remove_done_callback(fn)
 
     # What asyncio.gather reads of a cancelled child, besides the public methods.
@@ -471,6 +489,7 @@ class AsyncProducer(Generic[V]):
 
     @property
     def topic(self) -> str:
+        """The topic this producer publishes to."""
         return self._producer.topic
 
     @property
@@ -484,6 +503,7 @@ class AsyncProducer(Generic[V]):
         return self._producer.connected
 
     def stats(self) -> dict[str, int]:
+        """The sync producer's counters (:meth:`dafka.Producer.stats`)."""
         return self._producer.stats()
 
     # -- life cycle -------------------------------------------------------------

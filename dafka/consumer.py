@@ -176,6 +176,7 @@ class Consumer(Generic[V]):
             self._flush_out()
 
     def subscription(self) -> list[str]:
+        """The topics subscribed to (without the group's offsets topic)."""
         return [t for t in self._state.topics if t not in self._state.sinks]
 
     def assignment(self) -> set[TopicPartition]:
@@ -328,6 +329,7 @@ class Consumer(Generic[V]):
         return positions
 
     def stats(self) -> dict[str, int]:
+        """Counters: partitions, records ready and delivered, FETCHes sent, malformed messages dropped..."""
         return {
             "partitions": len(self._state.partitions),
             "ready": len(self._state.ready),
@@ -355,6 +357,7 @@ class Consumer(Generic[V]):
         return {key: p.head for key, p in list(self._state.partitions.items()) if key[0] not in sinks}
 
     def close(self) -> None:
+        """Commit (with a group or an offsets file), leave the group and close the sockets; idempotent."""
         with self._lock:
             if self._closed:
                 return

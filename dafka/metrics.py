@@ -112,6 +112,7 @@ class PeerCollector(Collector):
         self._lock = threading.Lock()
 
     def add(self, *peers: Any) -> None:
+        """Collect these peers too (Producer, Consumer, Store, Tower, their dafka.aio wrappers...)."""
         with self._lock:
             for peer in peers:
                 if type(peer).__name__ not in _READERS:  # a dafka.aio wrapper: its peer
@@ -123,10 +124,12 @@ class PeerCollector(Collector):
                 self._peers.append(peer)
 
     def remove(self, peer: Any) -> None:
+        """Stop collecting ``peer``."""
         with self._lock:
             self._peers = [p for p in self._peers if p is not peer]
 
     def collect(self) -> Iterator[Metric]:
+        """The metric families, read from the peers' counters now (prometheus_client calls it at each scrape)."""
         families = _Families()
         with self._lock:
             peers = list(self._peers)

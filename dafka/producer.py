@@ -59,9 +59,11 @@ class SendHandle:
 
     @property
     def partition(self) -> str:
+        """The partition the record went to: the producer's address."""
         return self._producer.address
 
     def done(self) -> bool:
+        """Whether ``producer/min_acks`` stores have ACKed the record."""
         return self.offset <= self._producer._state.released
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
@@ -214,6 +216,7 @@ class Producer(Generic[V]):
 
     @property
     def endpoint(self) -> str:
+        """The data socket's endpoint, as beaconed to the towers."""
         return self._data.endpoint
 
     @property
@@ -410,6 +413,7 @@ class Producer(Generic[V]):
         self._pub.close()
 
     def stats(self) -> dict[str, int]:
+        """Counters: records sent and acked, unacked records and bytes, FETCH answers, peers..."""
         with self._cond:
             s = self._state
             return {

@@ -420,8 +420,10 @@ class Mirror:
         return self._consumer
 
     def producers(self) -> list[Producer[bytes]]:
+        """The producers copying into the target site, one per partition."""
         with self._lock:
             return list(self._producers.values())
 
     def copying(self) -> int:
+        """How many partitions are being copied now."""
         return sum(1 for p in list(self.state.partitions.values()) if p.phase is Phase.COPYING)

@@ -79,6 +79,7 @@ class Selection:
             raise ValueError("choose what to mirror: topics by name, prefixes, or every topic")
 
     def wants(self, topic: str) -> bool:
+        """Whether ``topic`` is mirrored (never the provenance topic)."""
         if topic == PROVENANCE_TOPIC:
             return False
         return self.every or topic in self.topics or topic.startswith(self.prefixes)

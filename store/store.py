@@ -149,10 +149,12 @@ class Store:
 
     @property
     def writer_endpoint(self) -> str:
+        """The writer's data socket endpoint (where ACKs and FETCHes come from)."""
         return self._writer.endpoint
 
     @property
     def reader_endpoint(self) -> str:
+        """The reader's data socket endpoint (where FETCH answers come from)."""
         return self._reader.endpoint
 
     def heads(self) -> dict[tuple[str, str], int]:
@@ -171,6 +173,7 @@ class Store:
         return out
 
     def stats(self) -> dict[str, int]:
+        """Counters of the writer and the reader: records written, ACKs, FETCH answers, bulk messages..."""
         w, r, s = self._writer, self._reader, self._writer.state
         failed = s.failed
         return {

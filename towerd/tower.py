@@ -122,11 +122,13 @@ class Tower:
         log.info("tower: beacons in on %s, out on %s", self.sub_endpoint, self.pub_endpoint)
 
     def start(self) -> "Tower":
+        """Run the tower in a background thread; returns the tower."""
         self._thread = threading.Thread(target=self.run, name="dafka-tower", daemon=True)
         self._thread.start()
         return self
 
     def stop(self, timeout: float = 2.0) -> None:
+        """Stop the tower and wait up to ``timeout`` seconds for its thread."""
         self._stop.set()
         with self._lock:
             if not self._waker.closed:
@@ -142,6 +144,7 @@ class Tower:
             self._waker.close(0)
 
     def peers(self) -> dict[str, str]:
+        """The live peers the tower has heard beacon, by sender address: their endpoints."""
         with self._lock:
             return self.state.peers(time.monotonic())
 
@@ -152,6 +155,7 @@ class Tower:
         self.stop()
 
     def run(self) -> None:
+        """Relay beacons in the calling thread until :meth:`stop`."""
         poller = zmq.Poller()
         poller.register(self._xsub, zmq.POLLIN)
         poller.register(self._xpub, zmq.POLLIN)
