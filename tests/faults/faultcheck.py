@@ -133,6 +133,10 @@ def read_store(path: str | os.PathLike, topic: str | None = None) -> dict[tuple[
     db = plyvel.DB(str(path), create_if_missing=False)
     try:
         for key, value in db.iterator():
+            if key == keys.FORMAT:  # the database's one metadata key (rfc 7.4), not a partition's
+                if msgpack.unpackb(value) != keys.FORMAT_VERSION:
+                    raise ValueError(f"format version {value!r}")
+                continue
             parsed = keys.parse_key(key)
             if parsed.tag == keys.HEAD and len(value) != keys.SEQ_BYTES:
                 raise ValueError(f"head key {key!r} holds {len(value)} bytes")
