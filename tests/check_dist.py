@@ -1,0 +1,59 @@
+"""Check what ``python -m build`` made (``tox -e package`` runs it):
+
+    python tests/check_dist.py DIST_DIR
+
+* ``twine check --strict`` passes on the sdist and the wheel;
+* the wheel holds the dafka package only (no tests, bench, docs or examples),
+  with ``py.typed`` and every mapped subpackage;
+* the sdist holds what running the tests and building the docs need.
+Exits 1 naming what is wrong."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+WHEEL_PACKAGES = {"dafka", "dafka/store", "dafka/towerd", "dafka/cli", "dafka/spark", "dafka/spark/examples",
+                  "dafka/cdc", "dafka/mirror"}
+SDIST_NEEDS = ["tox.ini", "pyproject.toml", "CHANGELOG.md", "MANIFEST.in", "tests/conftest.py",
+               "tests/data/wire_vectors.txt", "tests/data/store-0.1.0/CURRENT", "tests/faults/faultkit.py",
+               "tests/typing/user_code.py", "docs/conf.py", "examples/producer_consumer.py", "rfc/dafka.md",
+               "bench/run.py", ".ci/run"]
+
+
+def problems(dist: Path) -> list[str]:
+    wheels, sdists = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
+    if len(wheels) != 1 or len(sdists) != 1:
+        return [f"expected one wheel and one sdist in {dist}, found {[p.name for p in dist.iterdir()]}"]
+    out = []
+    twine = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", str(wheels[0]), str(sdists[0])],
+                           capture_output=True, text=True)
+    if twine.returncode != 0:
+        out.append(f"twine check failed:\n{twine.stdout}{twine.stderr}")
+    names = zipfile.ZipFile(wheels[0]).namelist()
+    tops = {name.split("/")[0] for name in names}
+    if {t for t in tops if not t.endswith(".dist-info")} != {"dafka"}:
+        out.append(f"the wheel holds more than the dafka package: {sorted(tops)}")
+    packages = {name.rsplit("/", 1)[0] for name in names if name.endswith("/__init__.py")}
+    if packages != WHEEL_PACKAGES:
+        out.append(f"the wheel's packages: {sorted(packages)}, expected {sorted(WHEEL_PACKAGES)}")
+    if "dafka/py.typed" not in names:
+        out.append("the wheel has no dafka/py.typed")
+    with tarfile.open(sdists[0]) as sdist:
+        root = sdist.getnames()[0].split("/")[0]
+        held = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
+    out += [f"the sdist lacks {need}" for need in SDIST_NEEDS if need not in held]
+    if any("__pycache__" in name for name in held):
+        out.append(f"the sdist ({root}) holds __pycache__ folders")
+    return out
+
+
+if __name__ == "__main__":
+    found = problems(Path(sys.argv[1]))
+    for problem in found:
+        print(problem, file=sys.stderr)
+    print("dist ok" if not found else f"{len(found)} problem(s)")
+    sys.exit(1 if found else 0)
