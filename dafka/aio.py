@@ -36,11 +36,11 @@ import time
 from collections import deque
 from itertools import groupby
 from operator import itemgetter
-from typing import Any, Callable, Generator, Generic, Iterable, TypeVar, overload
+from typing import Any, Callable, Generator, Generic, Iterable, TypeVar, Unpack, overload
 
 import zmq
 
-from .consumer import Consumer
+from .consumer import Consumer, ConsumerOptions
 from .errors import BufferFull, Closed, FlushTimeout
 from .membership import Callback, ConsumerRebalanceListener
 from .peer import ConfigLike
@@ -113,22 +113,12 @@ class AsyncConsumer(Generic[V]):
 
     # Typed as AsyncConsumer[bytes] without a value_deserializer, else AsyncConsumer[what it returns].
     @overload
-    def __init__(
-        self: AsyncConsumer[bytes], *topics: str, config: ConfigLike = None, address: str | None = None,
-        value_deserializer: None = None, offsets_path: str | None = None, ctx: zmq.Context[Any] | None = None,
-        group: str | None = None, listener: ConsumerRebalanceListener | None = None, on_assign: Callback | None = None,
-        on_revoke: Callback | None = None, enable_auto_commit: bool | None = None,
-        auto_commit_interval_ms: int | None = None,
-    ) -> None: ...
+    def __init__(self: AsyncConsumer[bytes], *topics: str, value_deserializer: None = None,
+                 **options: Unpack[ConsumerOptions]) -> None: ...
 
     @overload
-    def __init__(
-        self: AsyncConsumer[V], *topics: str, config: ConfigLike = None, address: str | None = None,
-        value_deserializer: Callable[[bytes], V], offsets_path: str | None = None, ctx: zmq.Context[Any] | None = None,
-        group: str | None = None, listener: ConsumerRebalanceListener | None = None, on_assign: Callback | None = None,
-        on_revoke: Callback | None = None, enable_auto_commit: bool | None = None,
-        auto_commit_interval_ms: int | None = None,
-    ) -> None: ...
+    def __init__(self: AsyncConsumer[V], *topics: str, value_deserializer: Callable[[bytes], V],
+                 **options: Unpack[ConsumerOptions]) -> None: ...
 
     def __init__(
         self,

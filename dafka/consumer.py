@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar, overload
+from typing import Any, Callable, Generic, Iterable, Iterator, TypedDict, TypeVar, Unpack, overload
 
 import zmq
 
@@ -26,6 +26,22 @@ from .peer import ConfigLike, DataSocket, PeerLinks, as_config, drain_records, n
 from .records import Record, TopicPartition
 
 V = TypeVar("V")  # a record's value: bytes, or what the value_deserializer returns
+
+
+class ConsumerOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`Consumer` (and :class:`dafka.aio.AsyncConsumer`) beside
+    ``value_deserializer``, for type checkers (the constructors list them with their defaults)."""
+
+    config: ConfigLike
+    address: str | None
+    offsets_path: str | None
+    ctx: zmq.Context[Any] | None
+    group: str | None
+    listener: ConsumerRebalanceListener | None
+    on_assign: Callback | None
+    on_revoke: Callback | None
+    enable_auto_commit: bool | None
+    auto_commit_interval_ms: int | None
 
 log = logging.getLogger(__name__)
 
@@ -55,31 +71,16 @@ class Consumer(Generic[V]):
 
     # Typed as Consumer[bytes] without a value_deserializer, else Consumer[what it returns].
     @overload
-    def __init__(
-        self: Consumer[bytes], *topics: str, config: ConfigLike = None, address: str | None = None,
-        value_deserializer: None = None, offsets_path: str | None = None, ctx: zmq.Context[Any] | None = None,
-        group: str | None = None, listener: ConsumerRebalanceListener | None = None, on_assign: Callback | None = None,
-        on_revoke: Callback | None = None, enable_auto_commit: bool | None = None,
-        auto_commit_interval_ms: int | None = None,
-    ) -> None: ...
+    def __init__(self: Consumer[bytes], *topics: str, value_deserializer: None = None,
+                 **options: Unpack[ConsumerOptions]) -> None: ...
 
     @overload
-    def __init__(
-        self: Consumer[V], *topics: str, config: ConfigLike = None, address: str | None = None,
-        value_deserializer: Callable[[bytes], V], offsets_path: str | None = None, ctx: zmq.Context[Any] | None = None,
-        group: str | None = None, listener: ConsumerRebalanceListener | None = None, on_assign: Callback | None = None,
-        on_revoke: Callback | None = None, enable_auto_commit: bool | None = None,
-        auto_commit_interval_ms: int | None = None,
-    ) -> None: ...
+    def __init__(self: Consumer[V], *topics: str, value_deserializer: Callable[[bytes], V],
+                 **options: Unpack[ConsumerOptions]) -> None: ...
 
     @overload  # a deserializer or None, known only at run time (a wrapper's)
-    def __init__(
-        self: Consumer[Any], *topics: str, config: ConfigLike = None, address: str | None = None,
-        value_deserializer: Callable[[bytes], Any] | None = None, offsets_path: str | None = None,
-        ctx: zmq.Context[Any] | None = None, group: str | None = None, listener: ConsumerRebalanceListener | None = None,
-        on_assign: Callback | None = None, on_revoke: Callback | None = None, enable_auto_commit: bool | None = None,
-        auto_commit_interval_ms: int | None = None,
-    ) -> None: ...
+    def __init__(self: Consumer[Any], *topics: str, value_deserializer: Callable[[bytes], Any] | None = None,
+                 **options: Unpack[ConsumerOptions]) -> None: ...
 
     def __init__(
         self,
