@@ -17,7 +17,7 @@ def test_five_minutes_of_steady_work_lose_nothing_and_grow_nothing(tmp_path):
     rows = result["rows"]
     print(f"soak: {len(rows)} samples; delivered {result['delivered']}, group {result['group_delivered']:,}; "
           f"p99 {result['p99_early_ms']} -> {result['p99_late_ms']} ms; spark {result['spark']}; "
-          f"RSS (MiB) at the half and at most after: {result['rss_growth']}")
+          f"RSS (MiB), mean of the early and the late window and the highest: {result['rss_growth']}")
     assert len(rows) >= 28
     assert (tmp_path / "out" / "soak.png").stat().st_size > 10_000
     assert result["spark"].get("rows", 0) > 0, "the Spark query read nothing"
