@@ -188,7 +188,7 @@ class StatusPeer:
                 gone = self.subs.pop(event.endpoint, None)
                 if gone is not None:
                     self.poller.unregister(gone)
-                    sock.close(0)
+                    gone.close(0)
 
     def on_subscriptions(self) -> None:
         ask = False

@@ -31,12 +31,14 @@ def wheel_venv(tmp_path_factory):
     env_dir = tmp / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    Path(site, "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     installed = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(wheel)],
                                capture_output=True, text=True, timeout=300)
     assert installed.returncode == 0, installed.stderr
+    # Only now: seen during the install, this environment's own dafka would make pip skip the wheel
+    # ("already satisfied", pip 26).
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return env_dir
 
 
