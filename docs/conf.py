@@ -26,7 +26,7 @@ extensions = [
     "sphinx_click",
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "_generated"]  # _generated/config-keys.md is included by configuration.md
 html_theme = "furo"
 html_title = f"dafka-py {release}"
 myst_heading_anchors = 3
