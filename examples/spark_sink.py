@@ -7,21 +7,19 @@ new partition and commits once ``minAcks`` stores have acked its records.
 from __future__ import annotations
 
 from local_cluster import local_cluster
-from spark_session import local_spark
 
 from dafka import Consumer
+from dafka.spark.examples.job import session
 
 
 def main() -> None:
     with local_cluster() as config:
-        spark = local_spark("dafka-sink-example")
-        try:
+        with session(None, "local[2]", "dafka-sink-example") as spark:  # registers format("dafka")
+            spark.sparkContext.setLogLevel("ERROR")
             df = spark.range(100).selectExpr("cast(concat('order ', id) as binary) as value").repartition(2)
             (df.write.format("dafka").mode("append").option("tower", config["beacon/pub_address"])
              .option("towerSub", config["beacon/sub_address"]).option("topic", "orders")
              .option("minAcks", "1").save())
-        finally:
-            spark.stop()
         with Consumer("orders", config=dict(config, **{"consumer/offset/reset": "earliest"})) as consumer:
             values: set[bytes] = set()
             while len(values) < 100:

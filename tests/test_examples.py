@@ -30,7 +30,7 @@ def run(script: str, timeout: float) -> str:
 
 
 def test_every_example_script_is_tested():
-    scripts = {p.name for p in EXAMPLES.glob("*.py")} - {"local_cluster.py", "spark_session.py"}
+    scripts = {p.name for p in EXAMPLES.glob("*.py")} - {"local_cluster.py"}
     assert scripts == set(PLAIN) | set(SPARK)
 
 
