@@ -16,6 +16,7 @@ Differences from the reference (all invisible on the wire):
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -33,6 +34,11 @@ log = logging.getLogger(__name__)
 
 CONNECT = b"CONNECT"
 DISCONNECT = b"DISCONNECT"
+# Once every tower has replayed the live peers to us (or a reference tower has answered for two
+# beacon intervals), the tower's socket (and the peers' expiry) is looked at at most this often
+# (seconds): the beacons of P peers arrive a few at a time, spread over beacon/interval, and a batch
+# pays one wake-up for all of them.  A peer that appears meanwhile is met this much later at most.
+_READ_EVERY = 0.05
 
 
 class PeerEvent(NamedTuple):
@@ -41,11 +47,12 @@ class PeerEvent(NamedTuple):
     sender: str
 
 
-@dataclass
+@dataclass(eq=False)
 class _Peer:
     sender: str
     expires: float
     beats: int = 1  # beacons seen (twins only: a dead one may be replayed once, a live one beacons on)
+    endpoint: str = ""
 
 
 _SELF = _Peer("", float("inf"))  # our own beacon, relayed back to us
@@ -53,7 +60,14 @@ _SELF = _Peer("", float("inf"))  # our own beacon, relayed back to us
 
 @dataclass
 class BeaconState:
-    """Peer tracking, free of I/O: feed it tower frames and time."""
+    """Peer tracking, free of I/O: feed it tower frames and time.
+
+    A repeated beacon costs one dictionary lookup on its raw frames and one
+    attribute store: no decode, no allocation.  Expiry needs no scan either:
+    a heap holds each peer once, at the deadline it had when it was queued;
+    when that deadline comes, a peer that beaconed since is queued again at
+    its new one (once per ``timeout``, not once per beacon), and one that did
+    not is gone."""
 
     sender: str
     interval: float
@@ -61,12 +75,16 @@ class BeaconState:
     peers: dict[str, _Peer] = field(default_factory=dict)
     welcomed: bool = False
     replays: int = 0  # the towers that said their replay of the peers for us is over
+    scoped_replays: int = 0  # ... of which replays scoped to our profile (rfc 5.6)
     malformed: int = 0
     own_endpoint: str = ""  # where our own beacon points: a beacon of our address elsewhere is a twin
     # live peers that beacon our own address from another endpoint: endpoint -> expiry (see twins())
     twins: dict[str, "_Peer"] = field(default_factory=dict)
     # the frames (sender, endpoint) of a beacon already decoded -> its peer (_SELF: our own)
     _raw: dict[tuple[bytes, bytes], "_Peer"] = field(default_factory=dict, repr=False)
+    # (deadline, n, peer): every tracked peer and twin once, at a deadline no later than its expiry
+    _timers: list[tuple[float, int, "_Peer"]] = field(default_factory=list, repr=False)
+    _queued: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
         self._replay_to = proto.REPLAY_END + self.sender.encode()
@@ -74,24 +92,25 @@ class BeaconState:
     def on_frames(self, frames: list[bytes], now: float) -> tuple[list[PeerEvent], bool]:
         """Handle one message from the tower; returns the events and whether
         our own beacon should go out at once (a peer we did not know)."""
+        if len(frames) == 3:
+            # Every peer's beacon comes every beacon/interval: a known one only refreshes.
+            known = self._raw.get((frames[1], frames[2]))
+            first = frames[0]
+            if known is not None and (first == proto.BEACON or first == self._replay_to or (
+                    first[:1] == proto.SCOPE and (first[-1:] == b"\x00" or first == proto.SCOPE_UNKNOWN))):
+                known.expires = now + self.timeout
+                known.beats += 1
+                return [], False
         if frames == [proto.WELCOME]:
             self.welcomed = True
             return [], True
         if frames[0] == self._replay_to:
-            if len(frames) == 1:
+            if len(frames) == 1 or frames[1:] == [proto.SCOPED_REPLAY_END]:
                 self.welcomed = True
                 self.replays += 1
+                self.scoped_replays += len(frames) - 1
                 return [], False
             frames = [proto.BEACON, *frames[1:]]  # a beacon the tower replayed to us alone (rfc 5.5)
-        if len(frames) == 3 and frames[0] == proto.BEACON:
-            # Every peer's beacon comes every beacon/interval: a known one only refreshes.
-            known = self._raw.get((frames[1], frames[2]))
-            if known is not None:
-                self.welcomed = True
-                if known is not _SELF:
-                    known.expires = now + self.timeout
-                    known.beats += 1
-                return [], False
         try:
             beacon = proto.decode_tower_beacon(frames)
         except proto.MalformedMessage as exc:
@@ -103,43 +122,59 @@ class BeaconState:
             if self.own_endpoint and beacon.endpoint != self.own_endpoint:
                 # Another process claims our address (a resumed producer's predecessor that has not
                 # expired yet, or a second writer of the partition): tracked apart, never connected to.
-                twin = self.twins[beacon.endpoint] = _Peer(beacon.sender, now + self.timeout)
+                twin = self.twins[beacon.endpoint] = self._track(beacon.sender, beacon.endpoint, now)
                 self._raw[(frames[1], frames[2])] = twin
                 log.warning("peer %s: a beacon of our own address from %s", self.sender, beacon.endpoint)
             else:
                 self._raw[(frames[1], frames[2])] = _SELF
             return [], False
-        known = self.peers.get(beacon.endpoint)
-        if known is not None and known.sender == beacon.sender:
-            known.expires = now + self.timeout
-            return [], False
         events = []
-        if known is not None:
+        known = self.peers.get(beacon.endpoint)
+        if known is not None:  # the same endpoint, another sender: a peer restarted on the same port
             events.append(PeerEvent(DISCONNECT, beacon.endpoint, known.sender))
-            self._forget(beacon.endpoint)
-        peer = self.peers[beacon.endpoint] = _Peer(beacon.sender, now + self.timeout)
+            self._forget(known)
+        peer = self.peers[beacon.endpoint] = self._track(beacon.sender, beacon.endpoint, now)
         self._raw[(frames[1], frames[2])] = peer
         events.append(PeerEvent(CONNECT, beacon.endpoint, beacon.sender))
         return events, True
 
+    def _track(self, sender: str, endpoint: str, now: float) -> _Peer:
+        peer = _Peer(sender, now + self.timeout, endpoint=endpoint)
+        self._queue(peer)
+        return peer
+
+    def _queue(self, peer: _Peer) -> None:
+        self._queued += 1
+        heapq.heappush(self._timers, (peer.expires, self._queued, peer))
+
     def expire(self, now: float) -> list[PeerEvent]:
-        gone = [ep for ep, peer in self.peers.items() if peer.expires <= now]
-        events = [PeerEvent(DISCONNECT, ep, self.peers[ep].sender) for ep in gone]
-        for ep in gone:
-            self._forget(ep)
-        for ep in [ep for ep, twin in self.twins.items() if twin.expires <= now]:
-            twin = self.twins.pop(ep)
-            for key in [k for k, v in self._raw.items() if v is twin]:
-                del self._raw[key]
+        events: list[PeerEvent] = []
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            _, _, peer = heapq.heappop(timers)
+            if self.peers.get(peer.endpoint) is not peer and self.twins.get(peer.endpoint) is not peer:
+                continue  # forgotten already (replaced by another sender)
+            if peer.expires > now:
+                self._queue(peer)  # it beaconed since it was queued
+            elif self.twins.get(peer.endpoint) is peer:
+                del self.twins[peer.endpoint]
+                self._forget_raw(peer)
+            else:
+                events.append(PeerEvent(DISCONNECT, peer.endpoint, peer.sender))
+                self._forget(peer)
         return events
 
-    def _forget(self, endpoint: str) -> None:
-        peer = self.peers.pop(endpoint)
+    def _forget(self, peer: _Peer) -> None:
+        del self.peers[peer.endpoint]
+        self._forget_raw(peer)
+
+    def _forget_raw(self, peer: _Peer) -> None:
         for key in [k for k, v in self._raw.items() if v is peer]:
             del self._raw[key]
 
     def next_expiry(self) -> float | None:
-        return min((p.expires for p in (*self.peers.values(), *self.twins.values())), default=None)
+        """When :meth:`expire` next has something to do (it may find the peer refreshed)."""
+        return self._timers[0][0] if self._timers else None
 
 
 class Beacon:
@@ -161,8 +196,12 @@ class Beacon:
         timeout_ms: int = 4000,
         name: str = "peer",
         curve: "Curve | None" = None,
+        scoped: bool = False,
     ) -> None:
         self.sender = sender
+        # rfc 5.6: with scoped, the peer hears only what its profiles need once every tower scopes
+        self._scoped = scoped
+        self._profiles: list[tuple[bytes, str]] = []
         self._curve = curve
         self.host = host
         self.port = port
@@ -185,6 +224,7 @@ class Beacon:
         self._ready = threading.Event()
         self._connected = threading.Event()
         self._replayed = threading.Event()
+        self._scoped_now = threading.Event()
         self._peers_snapshot: dict[str, str] = {}
         self._twins_snapshot: tuple[str, ...] = ()
         self._thread = threading.Thread(target=self._run, name=f"dafka-beacon-{name}", daemon=True)
@@ -215,6 +255,25 @@ class Beacon:
         those heard twice: a tower replays the last beacon of a peer it has
         not yet expired, so a killed predecessor shows up once."""
         return sorted(self._twins_snapshot)
+
+    def add_profile(self, role: bytes, topic: str = "") -> None:
+        """Say what this peer is (rfc 5.6: ``proto.ROLE_*`` and its topic, or
+        its group for ``ROLE_GROUP``): a scoped beacon then hears the peers
+        this profile needs, and the peers that need it hear it.  Before
+        :meth:`start`, or any time after (a consumer subscribing to another
+        topic).  Does nothing unless the beacon was made ``scoped``."""
+        proto.encode_profile(self.sender, role, topic)  # a bad one fails here, in the caller
+        if not self._scoped or (role, topic) in self._profiles:
+            return
+        with self._control_lock:
+            self._profiles.append((role, topic))
+            if self._thread.is_alive():
+                self._control.send_multipart([b"PROFILE", role, topic.encode()])
+
+    @property
+    def scoped(self) -> bool:
+        """True once every tower scopes what it sends us to our profiles (rfc 5.6)."""
+        return self._scoped_now.is_set()
 
     def start(self) -> "Beacon":
         self._thread.start()
@@ -263,75 +322,122 @@ class Beacon:
             publisher.connect(endpoint)
         subscriber.setsockopt(zmq.SUBSCRIBE, proto.BEACON)
         subscriber.setsockopt(zmq.SUBSCRIBE, proto.WELCOME)
+        with self._control_lock:
+            for role, topic in self._profiles:
+                self._profile(subscriber, role, topic)
         subscriber.setsockopt(zmq.SUBSCRIBE, proto.REPLAY_END + self.sender.encode())  # after B: rfc 5.5
         for endpoint in self._tower_pub:
             subscriber.connect(endpoint)
         self._ready.set()
-        poller = zmq.Poller()
+        everything = zmq.Poller()
         for sock in (control, publisher, subscriber):
-            poller.register(sock, zmq.POLLIN)
+            everything.register(sock, zmq.POLLIN)
+        # While a batch of beacons gathers, the tower's socket is left alone (see _READ_EVERY).
+        own_sockets = zmq.Poller()
+        for sock in (control, publisher):
+            own_sockets.register(sock, zmq.POLLIN)
         state = self._state
         started = time.monotonic()
         next_beacon = started
         next_warning = started + 2.0
+        # Once settled, a look at the tower's socket that finds beacons is the next one's at the
+        # earliest _READ_EVERY later, and expiry is checked at those looks (so within _READ_EVERY of
+        # a deadline); a look that finds nothing waits on the socket again.
+        settled = False
+        next_read = started
         try:
             while True:
                 now = time.monotonic()
+                if now >= next_read:
+                    found, urgent = self._drain_tower(subscriber, out)
+                    if urgent:
+                        next_beacon = now  # a peer we did not know: our beacon goes out at once
+                    self._drop_b_once_scoped(subscriber)
+                    settled = settled or self._replayed.is_set() or (
+                        state.welcomed and now > started + 2 * state.interval)
+                    if settled and found:
+                        next_read = now + _READ_EVERY
+                    for event in state.expire(now):
+                        self._emit(out, event)
+                    self._snapshot_twins()
                 if now >= next_beacon:
                     publisher.send_multipart(self._frames)
                     next_beacon = now + state.interval
-                for event in state.expire(now):
-                    self._emit(out, event)
-                self._snapshot_twins()
                 if not state.welcomed and now >= next_warning:
                     log.warning(
                         "%s %s: no tower answers at %s; still trying",
                         self.name, self.sender, ",".join(self._tower_pub),
                     )
                     next_warning = now + 10.0
-                wake = [next_beacon]
-                expiry = state.next_expiry()
-                if expiry is not None:
-                    wake.append(expiry)
+                wake = next_beacon
+                if now < next_read:
+                    wake = min(wake, next_read)
+                    poller = own_sockets  # a batch of beacons gathers
+                else:
+                    expiry = state.next_expiry()
+                    if expiry is not None and expiry < wake:
+                        wake = expiry
+                    poller = everything
                 if not state.welcomed:
                     # libzmq does not wake poll() for the XPUB welcome message:
                     # look for it with a non-blocking read every 50 ms.
-                    wake.append(now + 0.05)
-                timeout_ms = max(0, int((min(wake) - now) * 1000) + 1)
+                    wake = min(wake, now + 0.05)
+                timeout_ms = max(0, int((wake - now) * 1000) + 1)
                 ready = dict(poller.poll(timeout_ms))
                 if control in ready:
-                    return
+                    command = control.recv_multipart()
+                    if command[0] != b"PROFILE":
+                        return  # $TERM
+                    self._profile(subscriber, command[1], command[2].decode())
+                    # Z<address> again: a dafka-py tower replays what the new profile needs (rfc 5.6)
+                    subscriber.setsockopt(zmq.SUBSCRIBE, proto.REPLAY_END + self.sender.encode())
+                    next_read = time.monotonic()
                 if publisher in ready:
                     net.drain(publisher)
-                    next_beacon = time.monotonic()
-                    continue
-                if self._drain_tower(subscriber, out):
                     next_beacon = time.monotonic()
         finally:
             for sock in (out, control, publisher, subscriber):
                 sock.close(0)
 
-    def _drain_tower(self, subscriber: zmq.Socket[Any], out: zmq.Socket[Any]) -> bool:
-        """Read every pending tower message; True if we should beacon now."""
+    def _drain_tower(self, subscriber: zmq.Socket[Any], out: zmq.Socket[Any]) -> tuple[int, bool]:
+        """Read every pending tower message; returns how many, and whether we should beacon now."""
         state = self._state
         beacon_now = False
+        was_welcomed = state.welcomed
+        now = time.monotonic()
+        on_frames = state.on_frames
+        found = 0
         while True:
-            try:
-                frames = subscriber.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
+            message = net.recv_message(subscriber)
+            if message is None:
                 break
-            was_welcomed = state.welcomed
-            events, urgent = state.on_frames(frames, time.monotonic())
-            if state.welcomed and not was_welcomed:
-                log.info("%s %s: tower reached", self.name, self.sender)
-                self._connected.set()
-            if state.replays >= len(self._tower_pub) and not self._replayed.is_set():
-                self._replayed.set()
+            found += 1
+            events, urgent = on_frames(message[0], now)
             for event in events:
                 self._emit(out, event)
-            self._snapshot_twins()
             beacon_now = beacon_now or urgent
-        return beacon_now
+        if state.welcomed and not was_welcomed:
+            log.info("%s %s: tower reached", self.name, self.sender)
+            self._connected.set()
+        if state.replays >= len(self._tower_pub) and not self._replayed.is_set():
+            self._replayed.set()
+        if found or was_welcomed != state.welcomed:
+            self._snapshot_twins()
+        return found, beacon_now
+
+    def _drop_b_once_scoped(self, subscriber: zmq.Socket[Any]) -> None:
+        if (self._profiles and not self._scoped_now.is_set()
+                and self._state.scoped_replays >= len(self._tower_pub)):
+            # Every tower scopes: B (every beacon) is no longer needed (rfc 5.6).
+            subscriber.setsockopt(zmq.UNSUBSCRIBE, proto.BEACON)
+            self._scoped_now.set()
+            log.debug("%s %s: discovery scoped to %s", self.name, self.sender, self._profiles)
+
+    def _profile(self, subscriber: zmq.Socket[Any], role: bytes, topic: str) -> None:
+        """Subscribe to the scopes a profile needs, then give the profile (rfc 5.6)."""
+        for need in proto.scope_needs(role, topic):
+            subscriber.setsockopt(zmq.SUBSCRIBE, need)
+        subscriber.setsockopt(zmq.SUBSCRIBE, proto.encode_profile(self.sender, role, topic))
 
     def _snapshot_twins(self) -> None:
         twins = self._state.twins

@@ -16,6 +16,7 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypedDict, TypeVa
 
 import zmq
 
+from . import proto
 from .consumer_state import ConsumerState
 from .errors import Closed
 from .group import Key, offsets_topic
@@ -145,7 +146,12 @@ class Consumer(Generic[V]):
         if self._group is not None:
             for prefix in self._state.subscribe(self._group.offsets_topic, sink=self._group.inbox):
                 self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
-        self._data = DataSocket(self._ctx, c, self._xpub, self.address, "consumer")
+        # What it is, for scoped discovery (rfc 5.6): a consumer of its topics (of none yet: it still needs the
+        # stores), a member of its group, a reader of the group's offsets topic.
+        profiles = [(proto.ROLE_CONSUMER, t) for t in topics] or [(proto.ROLE_CONSUMER, "")]
+        if self._group is not None:
+            profiles += [(proto.ROLE_GROUP, _group_name(group or "")), (proto.ROLE_CONSUMER, self._group.offsets_topic)]
+        self._data = DataSocket(self._ctx, c, self._xpub, self.address, "consumer", profiles=profiles)
         self._links = PeerLinks(self._data.secure(self._sub))
         self._loop = Loop()
         self._loop.add_reader(self._sub, self._on_sub)
@@ -174,6 +180,7 @@ class Consumer(Generic[V]):
             for topic in names:
                 for prefix in self._state.subscribe(topic):
                     self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
+                self._data.add_profile(proto.ROLE_CONSUMER, topic)
             self._flush_out()
 
     def subscription(self) -> list[str]:

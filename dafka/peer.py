@@ -7,7 +7,7 @@ import logging
 import os
 # hashlib's blake2b itself, without hashlib's import of OpenSSL (8 ms a process start)
 from _blake2 import blake2b
-from typing import Any, Callable, Iterator, Mapping, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
 import zmq
 
@@ -155,7 +155,8 @@ class DataSocket:
     """A peer's bound data socket, the beacon that advertises it, and the
     CURVE settings (``security/*``) of every socket the peer opens."""
 
-    def __init__(self, ctx: zmq.Context[Any], config: Config, sock: zmq.Socket[Any], sender: str, name: str) -> None:
+    def __init__(self, ctx: zmq.Context[Any], config: Config, sock: zmq.Socket[Any], sender: str, name: str,
+                 profiles: Iterable[tuple[bytes, str]] | None = None) -> None:
         self.curve = Curve.from_config(config)
         self._ctx = ctx
         if self.curve is not None:
@@ -167,11 +168,13 @@ class DataSocket:
         self.endpoint = f"tcp://{self.host}:{self.port}"
         self._config = config
         self._name = name
+        # what the peer is (rfc 5.6); None: a peer that hears every beacon and is heard by every peer
+        self._profiles = None if profiles is None else list(profiles)
         self.beacon = self._new_beacon(sender)
 
     def _new_beacon(self, sender: str) -> Beacon:
         config = self._config
-        return Beacon(
+        beacon = Beacon(
             self._ctx,
             sender,
             self.port,
@@ -182,7 +185,11 @@ class DataSocket:
             timeout_ms=config["beacon/timeout"],
             name=self._name,
             curve=self.curve,
+            scoped=self._profiles is not None and bool(config["beacon/scoped"]),
         )
+        for role, topic in self._profiles or ():
+            beacon.add_profile(role, topic)
+        return beacon
 
     def rebeacon(self, sender: str) -> Beacon:
         """Announce the data socket under another address from now on (a
@@ -191,6 +198,12 @@ class DataSocket:
         self.beacon.stop()
         self.beacon = self._new_beacon(sender).start()
         return self.beacon
+
+    def add_profile(self, role: bytes, topic: str = "") -> None:
+        """Say one more thing the peer is (a consumer's new topic): see :meth:`Beacon.add_profile`."""
+        if self._profiles is not None and (role, topic) not in self._profiles:
+            self._profiles.append((role, topic))
+            self.beacon.add_profile(role, topic)
 
     def bind_also(self, sock: zmq.Socket[Any]) -> str:
         """Bind another socket of the peer where the data socket is bound (a

@@ -174,7 +174,8 @@ class Producer(Generic[V]):
         self._pub.linger = 1000
         # A resuming producer asks for its head under a temporary address (dafka.resume, rule 5).
         self._requester = new_address() if resume else self.address
-        self._data = DataSocket(self._ctx, c, self._pub, self._requester, "producer")
+        self._data = DataSocket(self._ctx, c, self._pub, self._requester, "producer",
+                                profiles=[(proto.ROLE_PRODUCER, topic)])
         self._peers: dict[str, tuple[zmq.Socket[Any], str]] = {}  # endpoint -> (its SUB, its sender)
         # With min_acks <= 1 it does not matter which store an ACK comes from:
         # one SUB serves every peer (P producers make P sockets, not P squared).

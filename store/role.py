@@ -9,6 +9,7 @@ from typing import Callable
 
 import zmq
 
+from dafka import proto
 from dafka.beacon import Beacon
 from dafka.config import Config
 from dafka.net import drain, wake_pipe
@@ -21,7 +22,7 @@ class RoleThread:
         self.address = address
         self._sub = sub
         self._data_sock = data
-        self._data = DataSocket(ctx, config, data, address, name)
+        self._data = DataSocket(ctx, config, data, address, name, profiles=[(proto.ROLE_STORE, "")])
         self._links = PeerLinks(self._data.secure(sub))
         self._wake, self._waker = wake_pipe(ctx, name)
         self._waker_lock = threading.Lock()

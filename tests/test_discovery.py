@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -124,7 +125,9 @@ def test_beacon_state_ignores_itself_and_counts_malformed():
 def test_tower_endpoint_rules(loopback_only, lan, host, peer, expected):
     state = TowerState(loopback_only, 4.0, lan)
     out = state.on_beacon(proto.encode_beacon(proto.Beacon("S", host, 41234)), peer, 0.0)
-    assert out == [b"B", b"S", f"tcp://{expected}:41234".encode()]
+    endpoint = f"tcp://{expected}:41234".encode()
+    # the RFC 46 beacon, and the same under the scope of peers without a profile (rfc 5.6)
+    assert out == [[b"B", b"S", endpoint], [proto.SCOPE_UNKNOWN, b"S", endpoint]]
 
 
 def test_tower_relays_reference_beacon_frames_and_drops_malformed(tower):
@@ -283,7 +286,9 @@ def test_beacon_knows_when_the_towers_replay_is_over(tower):
     assert state.on_frames([b"Z" + b"S" * 32], 0.0) == ([], False) and state.replays == 1 and state.welcomed
 
 
-_FIRST = st.sampled_from([b"B", b"W", b"Z" + b"ME" * 16, b"Z" + b"OT" * 16, b"Z"]) | st.binary(max_size=40)
+_SCOPES = [b"S*", b"Sp\x00", b"Scorders\x00", b"Ss\x00"]  # rfc 5.6
+_FIRST = st.sampled_from([b"B", b"W", b"Z" + b"ME" * 16, b"Z" + b"OT" * 16, b"Z", b"S", b"Sp", *_SCOPES]) \
+    | st.binary(max_size=40)
 
 
 @settings(max_examples=400, deadline=None)
@@ -299,7 +304,202 @@ def test_beacon_state_takes_any_frames_from_a_tower(messages):
         events, _ = state.on_frames(frames, 0.0)
         for event in events:
             assert event.kind in (CONNECT, DISCONNECT) and event.endpoint.startswith("tcp://")
-        if frames in ([b"W"], [b"Z" + b"ME" * 16]):  # the welcome, the end of our replay
+        if frames in ([b"W"], [b"Z" + b"ME" * 16], [b"Z" + b"ME" * 16, b"S1"]):  # welcome, end of our replay
             assert state.malformed == before and not events
-        elif not (len(frames) == 3 and frames[0] in (b"B", b"Z" + b"ME" * 16)):  # not a beacon: dropped, counted
+        elif not (len(frames) == 3 and frames[0] in (b"B", b"Z" + b"ME" * 16, *_SCOPES)):  # not a beacon: dropped
             assert state.malformed == before + 1 and not events
+
+
+# -- scoped discovery (rfc 5.6) ---------------------------------------------
+
+
+def scoped_beacon(tower_sub: str, tower_pub: str, sender: str, port: int, *profiles: tuple[bytes, str]) -> Beacon:
+    beacon = Beacon(zmq.Context.instance(), sender, port, host="127.0.0.1", tower_sub=tower_sub, tower_pub=tower_pub,
+                    name="test", scoped=True)
+    for role, topic in profiles:
+        beacon.add_profile(role, topic)
+    return beacon.start()
+
+
+class ReferenceTower:
+    """The C reference's tower, as RFC 46 and REFERENCE.md section 3 describe it: XSUB in, XPUB out with
+    the welcome W, subscriptions forwarded upstream but W's, each beacon relayed as B, sender, endpoint;
+    no memory, no replay, nothing of rfc 5.5 or 5.6."""
+
+    def __init__(self) -> None:
+        ctx = zmq.Context.instance()
+        self.xsub, self.xpub = ctx.socket(zmq.XSUB), ctx.socket(zmq.XPUB)
+        for sock in (self.xsub, self.xpub):
+            sock.linger = 0
+        self.xpub.setsockopt(zmq.XPUB_WELCOME_MSG, b"W")
+        self.xsub.bind("tcp://127.0.0.1:*")
+        self.xpub.bind("tcp://127.0.0.1:*")
+        self.sub_endpoint = self.xsub.last_endpoint.decode()
+        self.pub_endpoint = self.xpub.last_endpoint.decode()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.xsub, zmq.POLLIN)
+        poller.register(self.xpub, zmq.POLLIN)
+        while not self._stop:
+            ready = dict(poller.poll(50))
+            if self.xpub in ready:
+                frame = self.xpub.recv()
+                if frame[1:] != b"W":
+                    self.xsub.send(frame)
+            if self.xsub in ready:
+                frames = self.xsub.recv_multipart()
+                if len(frames) == 4 and frames[0] == b"B":
+                    self.xpub.send_multipart([b"B", frames[1], b"tcp://%s:%s" % (frames[2] or b"127.0.0.1", frames[3])])
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(2)
+        self.xsub.close(0)
+        self.xpub.close(0)
+
+
+def _peers_are(beacon: Beacon, wanted: set[str], what: str) -> None:
+    wait_for(lambda: set(beacon.peers().values()) == wanted, 10, what=f"{what}: {wanted}, not {beacon.peers()}")
+
+
+def test_scoped_peers_hear_what_they_need_and_reference_peers_only_rfc46_frames(tower):
+    """A mixed cluster: dafka-py beacons that give profiles, and a raw reference peer (PUB beacon with an
+    empty host, SUB to B and W).  The consumer of 'a' hears the producer of 'a', the stores and the
+    reference peer, never the producer of 'b'; the producer of 'a' hears the consumer and the stores; the
+    store hears everyone; the reference peer hears every beacon, as RFC 46 frames only."""
+    ctx = zmq.Context.instance()
+    ref_pub, ref_sub = ctx.socket(zmq.PUB), ctx.socket(zmq.SUB)
+    for s in (ref_pub, ref_sub):
+        s.linger = 0
+    ref_sub.setsockopt(zmq.SUBSCRIBE, b"B")
+    ref_sub.setsockopt(zmq.SUBSCRIBE, b"W")
+    ref_sub.connect(tower.pub_endpoint)
+    ref_pub.connect(tower.sub_endpoint)
+    ends = (tower.sub_endpoint, tower.pub_endpoint)
+    p = proto
+    beacons = {
+        "PA" * 16: scoped_beacon(*ends, "PA" * 16, 42001, (p.ROLE_PRODUCER, "a")),
+        "PB" * 16: scoped_beacon(*ends, "PB" * 16, 42002, (p.ROLE_PRODUCER, "b")),
+        "CA" * 16: scoped_beacon(*ends, "CA" * 16, 42003, (p.ROLE_CONSUMER, "a")),
+        "ST" * 16: scoped_beacon(*ends, "ST" * 16, 42004, (p.ROLE_STORE, "")),
+    }
+    ref = "RE" * 16
+    seen: list[list[bytes]] = []
+    try:
+        def reference_hears_all() -> bool:
+            ref_pub.send_multipart([b"B", ref.encode(), b"", b"42005"])
+            while ref_sub.poll(20):
+                seen.append(ref_sub.recv_multipart())
+            return {f[1].decode() for f in seen if len(f) == 3} >= set(beacons)
+        wait_for(reference_hears_all, 10, what="the reference peer to hear every beacon")
+        _peers_are(beacons["CA" * 16], {"PA" * 16, "ST" * 16, ref}, "the consumer of a")
+        _peers_are(beacons["PA" * 16], {"CA" * 16, "ST" * 16, ref}, "the producer of a")
+        _peers_are(beacons["PB" * 16], {"ST" * 16, ref}, "the producer of b")
+        _peers_are(beacons["ST" * 16], {"PA" * 16, "PB" * 16, "CA" * 16, ref}, "the store")
+        assert all(b.scoped for b in beacons.values()), "every beacon should have dropped B"
+        time.sleep(1.5)  # more beacons: none of the producer of b's may reach the consumer of a
+        assert set(beacons["CA" * 16].peers().values()) - {ref} == {"PA" * 16, "ST" * 16}
+        while ref_sub.poll(20):
+            seen.append(ref_sub.recv_multipart())
+        assert all(f == [b"W"] or (len(f) == 3 and f[0] == b"B" and f[2].startswith(b"tcp://")) for f in seen), \
+            [f for f in seen if f[0] not in (b"B", b"W")][:3]
+    finally:
+        for b in beacons.values():
+            b.stop()
+        ref_pub.close()
+        ref_sub.close()
+
+
+def test_a_scoped_peer_whose_needs_grow_finds_the_new_peers(tower):
+    """A consumer that subscribes to a second topic meets that topic's producer at once (the tower
+    replays to it what its new profile needs); a store that joins later is met by everyone."""
+    ends = (tower.sub_endpoint, tower.pub_endpoint)
+    p = proto
+    consumer = scoped_beacon(*ends, "CA" * 16, 42011, (p.ROLE_CONSUMER, "a"))
+    producer_b = scoped_beacon(*ends, "PB" * 16, 42012, (p.ROLE_PRODUCER, "b"))
+    beacons = [consumer, producer_b]
+    try:
+        wait_for(lambda: consumer.scoped and producer_b.scoped, 10, what="scoped discovery")
+        time.sleep(0.5)
+        assert consumer.peers() == {}
+        subscribed = time.monotonic()
+        consumer.add_profile(p.ROLE_CONSUMER, "b")
+        _peers_are(consumer, {"PB" * 16}, "the consumer, now of b too")
+        assert time.monotonic() - subscribed < 0.5, "the tower should replay at once, not wait for a beacon"
+        store = scoped_beacon(*ends, "ST" * 16, 42013, (p.ROLE_STORE, ""))
+        beacons.append(store)
+        _peers_are(consumer, {"PB" * 16, "ST" * 16}, "the consumer, after the store joined")
+        _peers_are(producer_b, {"CA" * 16, "ST" * 16}, "the producer of b, after the store joined")
+        _peers_are(store, {"CA" * 16, "PB" * 16}, "the store")
+    finally:
+        for b in beacons:
+            b.stop()
+
+
+def test_towers_of_mixed_kinds_keep_scoped_peers_hearing_everything(tower):
+    """Behind a reference tower, or a dafka-py tower and a reference one, no tower's replay says it
+    scoped, so a scoped beacon keeps B and hears every peer, as today."""
+    ref_tower = ReferenceTower()
+    p = proto
+    beacons = []
+    try:
+        for sub, pub, tag, port in [(ref_tower.sub_endpoint, ref_tower.pub_endpoint, "R", 42021),
+                                    (f"{tower.sub_endpoint},{ref_tower.sub_endpoint}",
+                                     f"{tower.pub_endpoint},{ref_tower.pub_endpoint}", "M", 42023)]:
+            consumer = scoped_beacon(sub, pub, f"C{tag}" * 16, port, (p.ROLE_CONSUMER, "a"))
+            beacons.append(consumer)
+            other = scoped_beacon(sub, pub, f"P{tag}" * 16, port + 1, (p.ROLE_PRODUCER, "b"))
+            beacons.append(other)
+            # everyone, the first round's peers (which beacon to the reference tower) included
+            wanted = {"PR" * 16} if tag == "R" else {"PR" * 16, "CR" * 16, "PM" * 16}
+            _peers_are(consumer, wanted, f"towers {tag}: the consumer of a")
+            time.sleep(0.3)
+            assert not consumer.scoped
+    finally:
+        for b in beacons:
+            b.stop()
+        ref_tower.close()
+
+
+def test_tower_state_scopes_beacons_by_profile_and_replays_what_a_profile_needs():
+    state = TowerState(True, 4.0, None)
+    p = proto
+    assert state.on_profile(p.encode_profile("PA", p.ROLE_PRODUCER, "a"), True) == "PA"
+    out = state.on_beacon(p.encode_beacon(p.Beacon("PA", "127.0.0.1", 1)), None, 0.0)
+    assert out == [[b"B", b"PA", b"tcp://127.0.0.1:1"], [b"Spa\x00", b"PA", b"tcp://127.0.0.1:1"]]
+    assert state.on_beacon(p.encode_beacon(p.Beacon("PA", "127.0.0.1", 1)), None, 0.5) is out, "cached"
+    state.on_beacon(p.encode_beacon(p.Beacon("XX", "", 2)), "10.0.0.9", 0.5)  # a reference peer: no profile
+    state.on_profile(p.encode_profile("PB", p.ROLE_PRODUCER, "b"), True)
+    state.on_beacon(p.encode_beacon(p.Beacon("PB", "127.0.0.1", 3)), None, 0.5)
+    state.on_profile(p.encode_profile("CA", p.ROLE_CONSUMER, "a"), True)
+    assert {f[1] for f in state.live(1.0, state.needs("CA"))} == {b"PA", b"XX"}
+    assert state.needs("nobody") is None and len(state.live(1.0)) == 3
+    # a profile gained later: the peer's next beacon goes out under the new scope too
+    assert state.on_profile(p.encode_profile("PA", p.ROLE_PRODUCER, "c"), True) == "PA"
+    assert state.on_beacon(p.encode_beacon(p.Beacon("PA", "127.0.0.1", 1)), None, 1.0)[1:] == [
+        [b"Spa\x00", b"PA", b"tcp://127.0.0.1:1"], [b"Spc\x00", b"PA", b"tcp://127.0.0.1:1"]]
+    assert state.on_profile(b"P\x00\x00", True) is None and state.malformed == 1
+    # the dead are swept: memory and cache do not grow with the peers that came and went
+    for i in range(1000):
+        state.on_beacon(p.encode_beacon(p.Beacon(f"GONE{i}", "127.0.0.1", 1000 + i)), None, 2.0 + i / 1000)
+    state.on_beacon(p.encode_beacon(p.Beacon("PA", "127.0.0.1", 1)), None, 10.0)
+    assert set(state.known) == {"PA"} and len(state._relay) == 1
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=60) | st.builds(lambda a, r, t: b"P" + a + b"\x00" + r + t, st.binary(max_size=8),
+                                          st.sampled_from([b"p", b"c", b"g", b"s", b"x", b""]), st.binary(max_size=8)))
+def test_profiles_decode_or_are_refused_cleanly(data):
+    """Fuzz: a profile subscription decodes into a valid (address, role, topic) that encodes back to the
+    same bytes, or is refused with MalformedMessage, which the tower counts."""
+    try:
+        address, role, topic = proto.decode_profile(data)
+    except proto.MalformedMessage:
+        state = TowerState(True, 4.0, None)
+        assert state.on_profile(data, True) is None and state.malformed == 1
+        return
+    assert proto.encode_profile(address, role, topic) == data

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
@@ -29,23 +29,44 @@ from dafka.security import Curve, acquire_authenticator, release_authenticator
 
 log = logging.getLogger(__name__)
 
+# The beacons' socket is read at most this often (seconds): P peers' beacons come spread over
+# beacon/interval, and a batch of them pays one wake-up.  Listeners are served at once.
+_READ_EVERY = 0.02
 
-@dataclass
+
+@dataclass(eq=False)
 class _Known:
-    frames: list[bytes]
+    sender: str
+    frames: list[bytes]  # the relayed beacon: B, sender, endpoint
+    scopes: list[bytes]  # the scopes it is also published under (rfc 5.6)
     expires: float
+    key: tuple[bytes | str | None, ...]  # its entry in TowerState._relay
+    out: list[list[bytes]] = field(default_factory=list)  # what each of its beacons is published as
+
+    def rescope(self, scopes: list[bytes]) -> None:
+        self.scopes = scopes
+        self.out = [self.frames, *([scope, *self.frames[1:]] for scope in scopes)]
 
 
 class TowerState:
-    """Endpoint rules and beacon memory, free of I/O."""
+    """Endpoint rules, beacon memory and the peers' profiles, free of I/O.
+
+    A beacon heard before is relayed from a cache of its raw frames: no
+    decode, no encode, one lookup.  The dead are swept once per ``timeout``
+    (and whenever a replay or :meth:`peers` looks), so neither the memory
+    nor the cache grows with the peers that ever came and went."""
 
     def __init__(self, loopback_only: bool, timeout: float, lan_address: str | None) -> None:
         self.loopback_only = loopback_only
         self.timeout = timeout
         self.lan_address = lan_address
         self.known: dict[str, _Known] = {}
+        # (sender, host, port[, remote address when host is empty]) frames -> what they were relayed as
+        self._relay: dict[tuple[bytes | str | None, ...], _Known] = {}
+        self.profiles: dict[str, set[tuple[bytes, str]]] = {}  # address -> its (role, topic) profiles
         self.relayed = 0
         self.malformed = 0
+        self._next_sweep = 0.0
 
     def endpoint_host(self, beacon_host: str, peer_address: str | None) -> str:
         if beacon_host:
@@ -56,8 +77,24 @@ class TowerState:
             return "127.0.0.1"
         return self.lan_address
 
-    def on_beacon(self, frames: list[bytes], peer_address: str | None, now: float) -> list[bytes] | None:
-        """A beacon from a peer -> the frames to publish, or None if malformed."""
+    def on_beacon(self, frames: list[bytes], peer_address: str | None, now: float) -> list[list[bytes]]:
+        """A beacon from a peer -> the messages to publish (none if malformed): the RFC 46
+        relayed beacon, and the same under each scope of the sender's profiles."""
+        key: tuple[bytes | str | None, ...] = (*frames[1:], peer_address) if len(frames) == 4 and not frames[2] \
+            else tuple(frames[1:])
+        known = self._relay.get(key)
+        if known is None or len(frames) != 4 or frames[0] != proto.BEACON:
+            known = self._learn(frames, key, peer_address, now)
+            if known is None:
+                return []
+        known.expires = now + self.timeout
+        self.relayed += 1
+        if now >= self._next_sweep:
+            self.sweep(now)
+        return known.out
+
+    def _learn(self, frames: list[bytes], key: tuple[bytes | str | None, ...], peer_address: str | None,
+               now: float) -> _Known | None:
         try:
             beacon = proto.decode_beacon(frames)
         except proto.MalformedMessage as exc:
@@ -66,15 +103,62 @@ class TowerState:
             return None
         host = self.endpoint_host(beacon.host, peer_address)
         out = proto.encode_tower_beacon(proto.TowerBeacon(beacon.sender, f"tcp://{host}:{beacon.port}"))
-        self.known[beacon.sender] = _Known(out, now + self.timeout)
-        self.relayed += 1
-        return out
+        old = self.known.get(beacon.sender)
+        if old is not None:
+            self._relay.pop(old.key, None)
+        known = self.known[beacon.sender] = _Known(beacon.sender, out, [], now, key)
+        known.rescope(self._scopes(beacon.sender))
+        self._relay[key] = known
+        return known
 
-    def live(self, now: float) -> list[list[bytes]]:
-        """The latest beacon of every peer that has not expired."""
+    def _scopes(self, sender: str) -> list[bytes]:
+        profiles = self.profiles.get(sender)
+        if not profiles:
+            return [proto.SCOPE_UNKNOWN]
+        return sorted({proto.scope_key(role, topic) for role, topic in profiles})
+
+    def on_profile(self, data: bytes, subscribed: bool) -> str | None:
+        """A profile (un)subscription (rfc 5.6) -> its address; None if malformed.  The peer's next
+        beacon goes out under its new scopes (its last one is not published again: the replay of a dead
+        peer's beacon must reach a resumed twin once, section 15)."""
+        try:
+            sender, role, topic = proto.decode_profile(data)
+        except proto.MalformedMessage as exc:
+            self.malformed += 1
+            log.debug("dropped malformed profile: %s", exc)
+            return None
+        profiles = self.profiles.setdefault(sender, set())
+        if subscribed:
+            profiles.add((role, topic))
+        else:
+            profiles.discard((role, topic))
+            if not profiles:
+                del self.profiles[sender]
+        known = self.known.get(sender)
+        if known is not None:
+            known.rescope(self._scopes(sender))
+        return sender
+
+    def needs(self, address: str) -> list[bytes] | None:
+        """The scopes a profiled peer needs to hear; None for a peer without a profile (it hears all)."""
+        profiles = self.profiles.get(address)
+        if not profiles:
+            return None
+        return sorted({need for role, topic in profiles for need in proto.scope_needs(role, topic)})
+
+    def live(self, now: float, needs: list[bytes] | None = None) -> list[list[bytes]]:
+        """The latest beacon of every peer that has not expired (of those in one of ``needs``, if given)."""
+        self.sweep(now)
+        if needs is None:
+            return [k.frames for k in self.known.values()]
+        wanted = tuple(needs)
+        return [k.frames for k in self.known.values() if any(scope.startswith(wanted) for scope in k.scopes)]
+
+    def sweep(self, now: float) -> None:
+        """Forget the peers whose beacons stopped ``timeout`` ago."""
         for sender in [s for s, k in self.known.items() if k.expires <= now]:
-            del self.known[sender]
-        return [k.frames for k in self.known.values()]
+            self._relay.pop(self.known.pop(sender).key, None)
+        self._next_sweep = now + self.timeout
 
     def peers(self, now: float) -> dict[str, str]:
         """sender -> endpoint of every live peer."""
@@ -112,6 +196,9 @@ class Tower:
             self._xsub.bind(address)
         for address in self._pub_addresses:
             self._xpub.bind(address)
+        # Beacons reach the tower whether or not anybody listens for B: it keeps every live peer's for
+        # replay, and scoped listeners (rfc 5.6) do not listen for B at all.
+        self._xsub.send(b"\x01" + proto.BEACON)
         self.sub_endpoint = self._xsub.last_endpoint.decode()
         self.pub_endpoint = self._xpub.last_endpoint.decode()
         self._stop = threading.Event()
@@ -156,18 +243,29 @@ class Tower:
 
     def run(self) -> None:
         """Relay beacons in the calling thread until :meth:`stop`."""
-        poller = zmq.Poller()
-        poller.register(self._xsub, zmq.POLLIN)
-        poller.register(self._xpub, zmq.POLLIN)
-        poller.register(self._wake, zmq.POLLIN)
+        everything = zmq.Poller()
+        everything.register(self._xsub, zmq.POLLIN)
+        everything.register(self._xpub, zmq.POLLIN)
+        everything.register(self._wake, zmq.POLLIN)
+        # While a batch of beacons gathers (_READ_EVERY), only the listeners' side is watched.
+        listeners = zmq.Poller()
+        listeners.register(self._xpub, zmq.POLLIN)
+        listeners.register(self._wake, zmq.POLLIN)
+        next_read = 0.0
         try:
-            # No timer: a peer expires lazily, when a replay or peers() looks at it.
             while not self._stop.is_set():
-                ready = dict(poller.poll())
+                # A read that found beacons makes the next one wait _READ_EVERY (listeners are served
+                # meanwhile); a read that found none waits on the socket again.
+                wait = next_read - time.monotonic()
+                if wait > 0:
+                    ready = dict(listeners.poll(int(wait * 1000) + 1))
+                else:
+                    ready = dict(everything.poll())
                 if self._xpub in ready:
                     self._on_subscriptions()
-                if self._xsub in ready:
-                    self._on_beacons()
+                if self._xsub in ready or (wait > 0 and time.monotonic() >= next_read):
+                    if self._on_beacons():
+                        next_read = time.monotonic() + _READ_EVERY
         finally:
             self._close()
 
@@ -176,7 +274,11 @@ class Tower:
         dafka-py peer subscribes to B and then to Z<its address>, which
         arrive together: it gets the replay addressed to it alone, then the
         end marker.  Any other new listener of B (a reference peer) makes a
-        replay to every listener, as a plain beacon would go."""
+        replay to every listener, as a plain beacon would go.  A peer that
+        gave its profile (rfc 5.6) gets only the beacons its profile needs,
+        and the end marker says so; a peer that adds a profile later (a
+        consumer that subscribes to another topic) subscribes to its
+        Z<address> again, and gets the same replay for its new needs."""
         listeners = 0
         newcomers: list[bytes] = []  # Z<address> of the dafka-py peers that subscribed
         while True:
@@ -184,41 +286,63 @@ class Tower:
                 frame = self._xpub.recv(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            if len(frame) >= 2 and frame[1:2] == proto.WELCOME:
+            kind = frame[1:2]
+            if kind == proto.WELCOME or kind == proto.SCOPE:
+                continue  # the welcome, and scopes (rfc 5.6): for this tower, never for the beacon publishers
+            if kind == proto.PROFILE:
+                with self._lock:
+                    self.state.on_profile(frame[1:], subscribed=frame[:1] == b"\x01")
                 continue
-            if len(frame) > 2 and frame[1:2] == proto.REPLAY_END:
+            if len(frame) > 2 and kind == proto.REPLAY_END:
                 if frame[:1] == b"\x01":
                     newcomers.append(frame[1:])
                 continue
-            self._xsub.send(frame)
-            if frame[:1] == b"\x01" and frame[1:2] in (b"", proto.BEACON):
+            if frame != b"\x00" + proto.BEACON:  # this tower's own subscription to B stays (see __init__)
+                self._xsub.send(frame)
+            if frame[:1] == b"\x01" and kind in (b"", proto.BEACON):
                 listeners += 1
         if not listeners and not newcomers:
             return
-        with self._lock:
-            replay = self.state.live(time.monotonic())
         send = self._xpub.send_multipart
+        now = time.monotonic()
+        with self._lock:
+            replay = self.state.live(now)
+            needs = {marker: self.state.needs(marker[1:].decode(errors="replace")) for marker in newcomers}
+            scoped = {marker: self.state.live(now, need) for marker, need in needs.items() if need is not None}
         broadcast = listeners > len(newcomers)
         if broadcast:
             for frames in replay:
                 send(frames)
         for marker in newcomers:
+            if marker in scoped:
+                for frames in scoped[marker]:
+                    send([marker, *frames[1:]])
+                send([marker, proto.SCOPED_REPLAY_END])  # the end of a scoped replay (rfc 5.6)
+                continue
             if not broadcast:
                 for frames in replay:
                     send([marker, *frames[1:]])
             self._xpub.send(marker)  # after its replay: the end of it
 
-    def _on_beacons(self) -> None:
-        while True:
-            try:
-                frames = self._xsub.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            peer_address = frames[0].get("Peer-Address") if frames else None
-            with self._lock:
-                out = self.state.on_beacon([f.bytes for f in frames], peer_address, time.monotonic())
-            if out is not None:
-                self._xpub.send_multipart(out)
+    def _on_beacons(self) -> int:
+        """Relay every beacon waiting; returns how many."""
+        xsub = self._xsub
+        send = self._xpub.send
+        on_beacon = self.state.on_beacon
+        now = time.monotonic()
+        relayed = 0
+        with self._lock:
+            while True:
+                message = net.recv_message(xsub)
+                if message is None:
+                    return relayed
+                relayed += 1
+                frames, frame = message
+                peer_address = frame.get("Peer-Address") if len(frames) == 4 and not frames[2] else None
+                for message in on_beacon(frames, peer_address, now):
+                    send(message[0], zmq.SNDMORE)
+                    send(message[1], zmq.SNDMORE)
+                    send(message[2])
 
     def _close(self) -> None:
         self._xsub.close(0)
