@@ -813,6 +813,15 @@ def scenario_mirror(a: argparse.Namespace) -> dict:
     return mirror_bench.run_all(sys.modules[__name__], records, sizes, catchup, a.mirror_lag_seconds)
 
 
+def scenario_scale(a: argparse.Namespace) -> dict:
+    """bench/scale_bench.py: discovery's cost against the number of peers."""
+    if str(HERE.parent) not in sys.path:
+        sys.path.insert(0, str(HERE.parent))
+    import scale_bench
+
+    return scale_bench.run_all(sys.modules[__name__], [int(p) for p in a.scale_peers.split(",")], a.scale_seconds)
+
+
 def free_port() -> int:
     import socket
 
@@ -1045,8 +1054,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--skip", default="",
                     help="comma-separated scenarios to skip (store, bulk, partitions, groups, idle, hold, spark, cdc, "
-                         "mirror, burst)")
-    ap.add_argument("--only", choices=("cdc", "mirror", "burst"),
+                         "mirror, burst, scale)")
+    ap.add_argument("--only", choices=("cdc", "mirror", "burst", "scale"),
                     help="run only this scenario (burst measures its own ceiling)")
     ap.add_argument("--mirror-records", type=int, help="records of each mirror throughput run (default --records)")
     ap.add_argument("--mirror-catchup-records", type=int,
@@ -1058,6 +1067,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cdc-latency-seconds", type=float, default=10.0,
                     help="how long the CDC latency run commits 1,000 changes/s")
     ap.add_argument("--idle-seconds", type=float, default=60.0, help="how long the idle scenario measures")
+    ap.add_argument("--scale-peers", default="100,500,2000,10000",
+                    help="cluster sizes of the discovery scale scenario (simulated peers; see bench/scale_bench.py)")
+    ap.add_argument("--scale-seconds", type=float, default=20.0, help="how long the scale scenario measures CPU at each size")
     # role options
     ap.add_argument("--sub")
     ap.add_argument("--pub")
@@ -1093,7 +1105,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.only:
         only = {"cdc": lambda: scenario_cdc(a.cdc_records, a.bootstrap_rows, a.cdc_latency_seconds),
                 "mirror": lambda: scenario_mirror(a),
-                "burst": lambda: scenario_store_burst(a.burst_records, a.burst_set)}
+                "burst": lambda: scenario_store_burst(a.burst_records, a.burst_set),
+                "scale": lambda: scenario_scale(a)}
         results = {a.only: only[a.only]()}
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=2))
@@ -1157,6 +1170,8 @@ def main(argv: list[str] | None = None) -> int:
         results["mirror"] = scenario_mirror(a)
     if "burst" not in skip and "store" not in skip and store_available():
         results["burst"] = scenario_store_burst(a.burst_records, a.burst_set)
+    if "scale" not in skip:
+        results["scale"] = scenario_scale(a)
     if "hold" not in skip:
         results["hold"] = scenario_hold_unacked(a.hold_records)
         h = results["hold"]

@@ -38,6 +38,8 @@ DISCONNECT = b"DISCONNECT"
 # beacon intervals), the tower's socket (and the peers' expiry) is looked at at most this often
 # (seconds): the beacons of P peers arrive a few at a time, spread over beacon/interval, and a batch
 # pays one wake-up for all of them.  A peer that appears meanwhile is met this much later at most.
+# Only beacons that come faster than that start such a wait: a small cluster (a few beacons a
+# second) is read as each beacon comes, and meets a newcomer at once.
 _READ_EVERY = 0.05
 
 
@@ -340,11 +342,12 @@ class Beacon:
         started = time.monotonic()
         next_beacon = started
         next_warning = started + 2.0
-        # Once settled, a look at the tower's socket that finds beacons is the next one's at the
-        # earliest _READ_EVERY later, and expiry is checked at those looks (so within _READ_EVERY of
-        # a deadline); a look that finds nothing waits on the socket again.
+        # Once settled, a look at the tower's socket that finds beacons less than _READ_EVERY after
+        # the previous one that did makes the next one wait _READ_EVERY, and expiry is checked at
+        # those looks (so within _READ_EVERY of a deadline); otherwise the socket wakes it.
         settled = False
         next_read = started
+        last_found = float("-inf")  # the last look that found beacons
         try:
             while True:
                 now = time.monotonic()
@@ -355,8 +358,10 @@ class Beacon:
                     self._drop_b_once_scoped(subscriber)
                     settled = settled or self._replayed.is_set() or (
                         state.welcomed and now > started + 2 * state.interval)
-                    if settled and found:
-                        next_read = now + _READ_EVERY
+                    if found:
+                        if settled and now - last_found < _READ_EVERY:
+                            next_read = now + _READ_EVERY  # beacons come faster than that: batch them
+                        last_found = now
                     for event in state.expire(now):
                         self._emit(out, event)
                     self._snapshot_twins()

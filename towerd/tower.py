@@ -29,9 +29,10 @@ from dafka.security import Curve, acquire_authenticator, release_authenticator
 
 log = logging.getLogger(__name__)
 
-# The beacons' socket is read at most this often (seconds): P peers' beacons come spread over
-# beacon/interval, and a batch of them pays one wake-up.  Listeners are served at once.
-_READ_EVERY = 0.02
+# While beacons come more often than this (seconds), each read of them waits this long after the
+# last: P peers' beacons come spread over beacon/interval, and a batch of them pays one wake-up.  A
+# small cluster's beacons are relayed as they come.  Listeners (and so replays) are served at once.
+_READ_EVERY = 0.05
 
 
 @dataclass(eq=False)
@@ -252,10 +253,10 @@ class Tower:
         listeners.register(self._xpub, zmq.POLLIN)
         listeners.register(self._wake, zmq.POLLIN)
         next_read = 0.0
+        last_found = float("-inf")  # the last read that found beacons
         try:
             while not self._stop.is_set():
-                # A read that found beacons makes the next one wait _READ_EVERY (listeners are served
-                # meanwhile); a read that found none waits on the socket again.
+                # See _READ_EVERY: listeners are served meanwhile; otherwise the socket wakes the loop.
                 wait = next_read - time.monotonic()
                 if wait > 0:
                     ready = dict(listeners.poll(int(wait * 1000) + 1))
@@ -265,7 +266,10 @@ class Tower:
                     self._on_subscriptions()
                 if self._xsub in ready or (wait > 0 and time.monotonic() >= next_read):
                     if self._on_beacons():
-                        next_read = time.monotonic() + _READ_EVERY
+                        now = time.monotonic()
+                        if now - last_found < _READ_EVERY:
+                            next_read = now + _READ_EVERY  # beacons come faster than that: batch them
+                        last_found = now
         finally:
             self._close()
 
