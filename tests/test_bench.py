@@ -16,14 +16,15 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "run.py"
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(450)
+@pytest.mark.timeout(660)
 def test_benchmark_runs_and_reports_every_scenario(tmp_path):
     out = tmp_path / "results.json"
     done = subprocess.run(
         [sys.executable, "-P", str(BENCH), "--records", "2000", "--catchup-records", "2000", "--hold-records", "2000",
          "--sizes", "100", "--skip", "spark", "--cdc-records", "2000", "--bootstrap-rows", "2000",
-         "--cdc-latency-seconds", "1", "--mirror-lag-seconds", "1", "--burst-records", "2000", "--json", str(out)],
-        capture_output=True, text=True, timeout=430, cwd=tmp_path,
+         "--cdc-latency-seconds", "1", "--mirror-lag-seconds", "1", "--burst-records", "2000",
+         "--scale-peers", "30", "--scale-seconds", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=640, cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "raw pyzmq PUB/SUB ceiling" in done.stdout and "(1.00x)" in done.stdout
@@ -55,6 +56,9 @@ def test_benchmark_runs_and_reports_every_scenario(tmp_path):
     lag = results["mirror"]["lag"]  # (over network namespaces: root only)
     assert "skipped" in lag or (lag["received"] == lag["records"] == 10_000 and lag["p99_ms"] > 0
                                 and lag["catchup_received"] == 2000 and lag["across_rate"] > 0)
+    scale = results["scale"]["rows"]  # discovery at scale: both kinds of cluster ran, and every newcomer read
+    assert [(r["peers"], r["mode"]) for r in scale] == [(30, "rfc46"), (30, "scoped")]
+    assert all(r["newcomer_first_record_ms"] is not None and r["cpu_percent"]["tower"] >= 0 for r in scale)
     cdc = results["cdc"]  # (empty where no PostgreSQL is installed; tox requires it)
     if cdc or os.environ.get("DAFKA_REQUIRE_POSTGRES") == "1":
         assert cdc["single_row"]["rate"] > 0 and cdc["txn_100"]["rate"] > 0 and cdc["bootstrap"]["rows"] == 2000
