@@ -78,6 +78,7 @@ class BeaconState:
     welcomed: bool = False
     replays: int = 0  # the towers that said their replay of the peers for us is over
     scoped_replays: int = 0  # ... of which replays scoped to our profile (rfc 5.6)
+    welcomed_at: float | None = None  # when a tower first answered
     malformed: int = 0
     own_endpoint: str = ""  # where our own beacon points: a beacon of our address elsewhere is a twin
     # live peers that beacon our own address from another endpoint: endpoint -> expiry (see twins())
@@ -322,7 +323,12 @@ class Beacon:
             self._curve.client(subscriber)
         for endpoint in self._tower_sub:
             publisher.connect(endpoint)
-        subscriber.setsockopt(zmq.SUBSCRIBE, proto.BEACON)
+        # A scoped peer listens for B (every beacon) only once it knows that a tower does not scope: a
+        # newcomer that heard every beacon until its marker came would take P beacons a second into a
+        # queue of 1,000 (the tower's send HWM), which can drop the marker itself.
+        listens_to_all = not (self._scoped and self._profiles)
+        if listens_to_all:
+            subscriber.setsockopt(zmq.SUBSCRIBE, proto.BEACON)
         subscriber.setsockopt(zmq.SUBSCRIBE, proto.WELCOME)
         with self._control_lock:
             for role, topic in self._profiles:
@@ -355,7 +361,8 @@ class Beacon:
                     found, urgent = self._drain_tower(subscriber, out)
                     if urgent:
                         next_beacon = now  # a peer we did not know: our beacon goes out at once
-                    self._drop_b_once_scoped(subscriber)
+                    if not listens_to_all:
+                        listens_to_all = self._listen_to_all_unless_scoped(subscriber, now)
                     settled = settled or self._replayed.is_set() or (
                         state.welcomed and now > started + 2 * state.interval)
                     if found:
@@ -422,6 +429,7 @@ class Beacon:
                 self._emit(out, event)
             beacon_now = beacon_now or urgent
         if state.welcomed and not was_welcomed:
+            state.welcomed_at = now
             log.info("%s %s: tower reached", self.name, self.sender)
             self._connected.set()
         if state.replays >= len(self._tower_pub) and not self._replayed.is_set():
@@ -430,13 +438,23 @@ class Beacon:
             self._snapshot_twins()
         return found, beacon_now
 
-    def _drop_b_once_scoped(self, subscriber: zmq.Socket[Any]) -> None:
-        if (self._profiles and not self._scoped_now.is_set()
-                and self._state.scoped_replays >= len(self._tower_pub)):
-            # Every tower scopes: B (every beacon) is no longer needed (rfc 5.6).
-            subscriber.setsockopt(zmq.UNSUBSCRIBE, proto.BEACON)
+    def _listen_to_all_unless_scoped(self, subscriber: zmq.Socket[Any], now: float) -> bool:
+        """A scoped peer subscribes to B after all, and returns True, once a tower shows that it does
+        not scope (rfc 5.6): a 0.2.0 tower ends its replay with the one-frame marker, a reference tower
+        never ends one (it has welcomed us a beacon interval ago and sent no marker)."""
+        state = self._state
+        if state.scoped_replays >= len(self._tower_pub):
             self._scoped_now.set()
-            log.debug("%s %s: discovery scoped to %s", self.name, self.sender, self._profiles)
+            return False
+        if state.replays > state.scoped_replays:
+            why = "a tower that does not scope (0.2.0)"
+        elif state.welcomed_at is not None and now >= state.welcomed_at + state.interval:
+            why = "a tower that has not answered our profile (a reference tower)"
+        else:
+            return False
+        subscriber.setsockopt(zmq.SUBSCRIBE, proto.BEACON)
+        log.info("%s %s: listening to every peer: %s", self.name, self.sender, why)
+        return True
 
     def _profile(self, subscriber: zmq.Socket[Any], role: bytes, topic: str) -> None:
         """Subscribe to the scopes a profile needs, then give the profile (rfc 5.6)."""
