@@ -493,23 +493,29 @@ def scenario_store_burst(records: int, settings: list[str] = ()) -> dict:
         rss = RssSampler(store.pid)
         time.sleep(1.0)
         before = rss.reset()
+        before_parts = rss.parts()
         p = result_of(c.spawn("producer", "--records", str(records), "--size", "100", "--min-acks", "1"),
                       timeout=1800)
         peak = rss.peak
         time.sleep(5.0)
         after = rss.current()
+        after_parts = rss.parts()
         r = result_of(c.spawn("consumer", "--records", str(records), "--size", "100", "--reset", "earliest"),
                       timeout=1800)
         rss.stop()
         s = c.stop_store(store)
         out = {"records": records, "settings": list(settings), "rss_before_mib": before, "rss_peak_mib": peak,
-               "rss_after_5s_mib": after, "ack_rate": records / p["ack_seconds"], "catchup_rate": rate_of(r),
+               "rss_after_5s_mib": after, "rss_parts_before_mib": before_parts, "rss_parts_after_5s_mib": after_parts,
+               "ack_rate": records / p["ack_seconds"], "catchup_rate": rate_of(r),
                "catchup_received": r["received"], "ceiling_rate": ceil["rate"],
                "cpu_us": {"store": s.get("cpu_us"), "producer": p.get("cpu_us"), "consumer": r.get("cpu_us")}}
         print(f"\n== one burst of {records:,} 100-byte records into one store (issue 26)"
               f"{' with ' + ' '.join(settings) if settings else ''} ==")
         print(f"store RSS: before {before:.0f} MiB, peak {peak:.0f} MiB (target <= 256), 5 s after the last ack "
               f"{after:.0f} MiB = {after / before:.2f}x before (target <= 1.25x)")
+        print("  of which anonymous / mapped files: before " + " / ".join(
+            f"{before_parts.get(k, 0):.0f}" for k in ("anon", "file")) + " MiB, after " + " / ".join(
+            f"{after_parts.get(k, 0):.0f}" for k in ("anon", "file")) + " MiB")
         print(f"{'raw pyzmq PUB/SUB ceiling':<32} {fmt_rate(ceil['rate'], ceil['rate'])}")
         print(f"{'producer -> store, acked':<32} {fmt_rate(out['ack_rate'], ceil['rate']):<28} "
               f"{fmt_cpu(out['cpu_us'])}")
@@ -589,6 +595,20 @@ class RssSampler:
         except OSError:
             pass
         return 0.0
+
+    def parts(self) -> dict[str, float]:
+        """The RSS's parts (MiB): anonymous memory (the heap, the threads' stacks) and file pages
+        mapped by the process (LevelDB maps the tables it reads; the kernel can take those back)."""
+        out: dict[str, float] = {}
+        try:
+            with open(f"/proc/{self.pid}/status") as status:
+                for line in status:
+                    if line.startswith(("RssAnon:", "RssFile:", "RssShmem:")):
+                        key, value = line.split()[:2]
+                        out[key[3:-1].lower()] = int(value) / 1024.0
+        except OSError:
+            pass
+        return out
 
     def _run(self) -> None:
         while not self._stop.wait(0.02):

@@ -342,11 +342,13 @@ class Tower:
                     return relayed
                 relayed += 1
                 frames, frame = message
-                peer_address = frame.get("Peer-Address") if len(frames) == 4 and not frames[2] else None
-                for message in on_beacon(frames, peer_address, now):
-                    send(message[0], zmq.SNDMORE)
-                    send(message[1], zmq.SNDMORE)
-                    send(message[2])
+                # the remote address, wanted only when the beacon gives no host (rfc 5.2)
+                address = frame.get("Peer-Address") if len(frames) == 4 and not frames[2] else None
+                peer_address = address if isinstance(address, str) else None
+                for out in on_beacon(frames, peer_address, now):
+                    send(out[0], zmq.SNDMORE)
+                    send(out[1], zmq.SNDMORE)
+                    send(out[2])
 
     def _close(self) -> None:
         self._xsub.close(0)
