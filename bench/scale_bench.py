@@ -126,8 +126,7 @@ def _config(a: argparse.Namespace):
 
     values = {"beacon/address": "127.0.0.1", "beacon/bind_address": "127.0.0.1", "beacon/sub_address": a.sub,
               "beacon/pub_address": a.pub, "consumer/offset/reset": "earliest"}
-    if not a.scoped:
-        values["beacon/scoped"] = 0
+    values["beacon/scoped"] = 1 if a.scoped else 0
     return Config.load(overrides=values)
 
 
