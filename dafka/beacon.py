@@ -57,8 +57,6 @@ class _Peer:
     endpoint: str = ""
 
 
-_SELF = _Peer("", float("inf"))  # our own beacon, relayed back to us
-
 
 @dataclass
 class BeaconState:
@@ -83,7 +81,7 @@ class BeaconState:
     own_endpoint: str = ""  # where our own beacon points: a beacon of our address elsewhere is a twin
     # live peers that beacon our own address from another endpoint: endpoint -> expiry (see twins())
     twins: dict[str, "_Peer"] = field(default_factory=dict)
-    # the frames (sender, endpoint) of a beacon already decoded -> its peer (_SELF: our own)
+    # the frames (sender, endpoint) of a beacon already decoded -> its peer (_self: our own)
     _raw: dict[tuple[bytes, bytes], "_Peer"] = field(default_factory=dict, repr=False)
     # (deadline, n, peer): every tracked peer and twin once, at a deadline no later than its expiry
     _timers: list[tuple[float, int, "_Peer"]] = field(default_factory=list, repr=False)
@@ -91,6 +89,8 @@ class BeaconState:
 
     def __post_init__(self) -> None:
         self._replay_to = proto.REPLAY_END + self.sender.encode()
+        # our own beacon, relayed back to us: refreshed like a peer's, never expired (not in _timers)
+        self._self = _Peer(self.sender, float("inf"))
 
     def on_frames(self, frames: list[bytes], now: float) -> tuple[list[PeerEvent], bool]:
         """Handle one message from the tower; returns the events and whether
@@ -129,7 +129,7 @@ class BeaconState:
                 self._raw[(frames[1], frames[2])] = twin
                 log.warning("peer %s: a beacon of our own address from %s", self.sender, beacon.endpoint)
             else:
-                self._raw[(frames[1], frames[2])] = _SELF
+                self._raw[(frames[1], frames[2])] = self._self
             return [], False
         events = []
         known = self.peers.get(beacon.endpoint)
@@ -434,8 +434,6 @@ class Beacon:
             self._connected.set()
         if state.replays >= len(self._tower_pub) and not self._replayed.is_set():
             self._replayed.set()
-        if found or was_welcomed != state.welcomed:
-            self._snapshot_twins()
         return found, beacon_now
 
     def _listen_to_all_unless_scoped(self, subscriber: zmq.Socket[Any], now: float) -> bool:
