@@ -122,6 +122,9 @@ def role_consumer(args) -> None:
     flag, write = _stopper(), _stats_writer(args.stats)
     consumer = Consumer(TOPIC, group=args.group, config=_config(args, **{"consumer/offset/reset": "earliest"}))
     seen: dict[str, list[int]] = {}  # partition -> [first, last]
+    # A group member may read a partition in several tenures (a handover away and back while the
+    # members' views differ): each tenure is a span, and the check joins the members' spans.
+    spans: dict[str, list[list[int]]] = {}
     repeated = lost = delivered = 0
     latencies: list[float] = []
     window = []
@@ -133,8 +136,15 @@ def role_consumer(args) -> None:
             span = seen.get(record.partition)
             if span is None:
                 seen[record.partition] = [record.offset, record.offset]
+                if args.group:
+                    spans[record.partition] = [[record.offset, record.offset]]
             elif record.offset == span[1] + 1:
                 span[1] = record.offset
+                if args.group:
+                    spans[record.partition][-1][1] = record.offset
+            elif args.group:
+                spans[record.partition].append([record.offset, record.offset])  # a new tenure
+                span[1] = max(span[1], record.offset)
             elif record.offset <= span[1]:
                 repeated += 1
             else:
@@ -149,13 +159,14 @@ def role_consumer(args) -> None:
             next_window = now + SAMPLE_EVERY
         if now >= next_stats:
             lags = consumer.lags()
-            write({"delivered": delivered, "repeated": repeated, "lost": lost, "seen": seen,
+            write({"delivered": delivered, "repeated": repeated, "lost": lost, "seen": seen, "spans": spans,
                    "lag_max": max(lags.values(), default=0),
                    "p50_ms": window[len(window) // 2] if window else None,
                    "p99_ms": window[int(len(window) * 0.99)] if window else None})
             next_stats = now + 1.0
     consumer.close()
-    write({"delivered": delivered, "repeated": repeated, "lost": lost, "seen": seen, "closed": True})
+    write({"delivered": delivered, "repeated": repeated, "lost": lost, "seen": seen, "spans": spans,
+           "closed": True})
 
 
 def role_spark(args) -> None:
@@ -418,6 +429,25 @@ def _window(rows: list[dict], start_s: float, end_s: float) -> list[dict]:
     return [r for r in rows if start_s <= r["t"] < end_s]
 
 
+def group_anomalies(heads: dict[str, int], members: list[dict[str, list[list[int]]]]) -> list[str]:
+    """What a consumer group lost or delivered twice: ``members`` holds each member's tenures
+    (partition -> [[first, last], ...]), which together must cover every partition once, up to its head."""
+    failures = []
+    for partition, head in heads.items():
+        # every tenure of every member: together they must cover the partition once, in order
+        spans = sorted(tuple(span) for spans_of in members for span in spans_of.get(partition, ()))
+        covered = -1
+        for first, last in spans:
+            if first > covered + 1:
+                failures.append(f"group lost {partition} {covered + 1}..{first - 1}")
+            if first <= covered:
+                failures.append(f"group repeated {partition} {first}..{min(covered, last)}")
+            covered = max(covered, last)
+        if covered < head:
+            failures.append(f"group lacks {partition} after {covered} (head {head})")
+    return failures
+
+
 def check(soak: Soak) -> dict:
     """The pass criteria; ``failures`` lists those that failed."""
     rows, total = soak.rows, soak.minutes * 60
@@ -444,17 +474,7 @@ def check(soak: Soak) -> dict:
         if s["lost"] or s["repeated"]:
             failures.append(f"{name}: {s['lost']} lost, {s['repeated']} repeated")
     group = [soak.stats("g1"), soak.stats("g2")]
-    for partition, head in heads.items():
-        spans = sorted(tuple(g["seen"][partition]) for g in group if partition in g["seen"])
-        covered = -1
-        for first, last in spans:
-            if first > covered + 1:
-                failures.append(f"group lost {partition} {covered + 1}..{first - 1}")
-            if first <= covered:
-                failures.append(f"group repeated {partition} {first}..{min(covered, last)}")
-            covered = max(covered, last)
-        if covered < head:
-            failures.append(f"group lacks {partition} after {covered} (head {head})")
+    failures += group_anomalies(heads, [g.get("spans", {}) for g in group])
     after5 = _window(rows, warm, total + 1)
     growth = {}
 

@@ -103,3 +103,17 @@ def test_log_encoding_round_trips_any_bytes(tmp_path):
     path = tmp_path / "journal"
     path.write_bytes(msgpack.packb(["t", "A", 3]) + msgpack.packb(["t", "A", 4]) + b"\xc1")
     assert read_journal(path) == {"A": 4}
+
+
+def test_the_soak_joins_a_groups_tenures_of_a_partition():
+    """The 5-minute soak of 2026-11-27 failed on "group repeated ... 95..152": g1 had read 0..94, handed
+    the partition to g2 while their views differed, and took it back at g2's commit 153; the check took
+    each member's first and last offset for one span, so g1's [0, 376207] seemed to cover g2's tenure."""
+    from soak import group_anomalies
+
+    heads = {P: 1000}
+    g1, g2 = {P: [[0, 94], [153, 1000]]}, {P: [[95, 152]]}
+    assert group_anomalies(heads, [g1, g2]) == []
+    assert group_anomalies(heads, [{P: [[0, 152], [153, 1000]]}, g2]) == [f"group repeated {P} 95..152"]
+    assert group_anomalies(heads, [{P: [[0, 94], [160, 1000]]}, g2]) == [f"group lost {P} 153..159"]
+    assert group_anomalies(heads, [{P: [[0, 94], [153, 900]]}, g2]) == [f"group lacks {P} after 900 (head 1000)"]
