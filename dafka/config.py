@@ -297,8 +297,8 @@ define("test/verbose", "bool", 0, "log test peer activity")
 # This project's extensions.
 define("beacon/bind_address", "str", "",
        "interface data sockets bind to; empty = 127.0.0.1 if the advertised address is loopback, else *")
-define("beacon/scoped", "bool", 0,
-       "opt-in: hear only the peers this peer needs (rfc 5.6: a consumer the producers of its topics and the stores, "
+define("beacon/scoped", "bool", 1,
+       "hear only the peers this peer needs (rfc 5.6: a consumer the producers of its topics and the stores, "
        "a producer the consumers of its topic and the stores) where every tower is a dafka-py one that "
        "scopes; 0 = hear every peer, as the reference does")
 define("producer/min_acks", "int", 1,

@@ -50,7 +50,7 @@ EXPECTED_DEFAULTS = {
     "store/high_watermark": 1000000,
     "test/verbose": False,
     "beacon/bind_address": "",
-    "beacon/scoped": 0,
+    "beacon/scoped": 1,
     "producer/min_acks": 1,
     "producer/max_unacked": 1000000,
     "producer/max_unacked_bytes": 134217728,
