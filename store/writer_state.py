@@ -308,10 +308,8 @@ class WriterState(RecordIntake):
         if p.batch_first < 0:
             p.batch_first = start
             self._touched.append(p)
-        pending = p.pending
-        if pending:
-            for stale in [s for s in pending if s < end]:
-                del pending[stale]
+        if p.pending:
+            _drop_below(p, end)
         self._after_store(p)
 
     def _stage(self, p: Partition, seq: int, content: bytes) -> None:
@@ -334,6 +332,8 @@ class WriterState(RecordIntake):
             while nxt in pending:
                 self._stage(p, nxt, pending.pop(nxt))
                 nxt += 1
+            if not pending:
+                p.pending = {}  # see _drop_below
         if p.known_head > p.head and p.head + 1 >= p.fetch_end:
             self._request(p)
 
@@ -407,8 +407,7 @@ class WriterState(RecordIntake):
             self.address, p.subject, p.address, p.head + 1, oldest - 1, oldest,
         )
         self.skipped += oldest - 1 - p.head
-        for stale in [s for s in p.pending if s < oldest]:
-            del p.pending[stale]
+        _drop_below(p, oldest)
         p.head = oldest - 1
         if p.known_head < p.head:
             p.known_head = p.head
@@ -471,3 +470,13 @@ class WriterState(RecordIntake):
     def retry_batch(self) -> Batch | None:
         """The batch to write again, if a write failed."""
         return self.failed
+
+
+def _drop_below(p: Partition, end: int) -> None:
+    """Forget the buffered records before ``end``.  An emptied buffer is replaced: a dict keeps the
+    table of its largest size, and one that buffered 100,000 records holds 2.5 MiB of it (issue 26)."""
+    pending = p.pending
+    for stale in [s for s in pending if s < end]:
+        del pending[stale]
+    if not pending:
+        p.pending = {}
