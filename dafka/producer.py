@@ -18,7 +18,7 @@ from typing import Any, Callable, Generic, Sequence, TypeVar, overload
 
 import zmq
 
-from . import batching, proto
+from . import batching, heap, proto
 from .beacon import CONNECT, Beacon
 from .errors import BufferFull, Closed, FlushTimeout, PartitionClaimed, RecordTooLarge
 from .loop import Loop
@@ -158,6 +158,8 @@ class Producer(Generic[V]):
         )
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
+        self.trims = 0
+        self._next_trim = 0.0
         self._callbacks: deque[tuple[int, Callable[[RecordMetadata | None, Exception | None], None]]] = deque()
         self._closed = False
         self._resumable = resume
@@ -435,6 +437,7 @@ class Producer(Generic[V]):
                 "audience_records": int(s.audience.records),
                 "audience_batches": int(s.audience.batches),
                 "claimed": int(self._fenced is not None),
+                "heap_trims": self.trims,  # times a drained unacked window gave its memory back
             }
 
     def __enter__(self) -> Producer[V]:
@@ -706,6 +709,8 @@ class Producer(Generic[V]):
                 self._cond.notify_all()
                 callbacks = self._due_callbacks()
         if released:
+            if self._state.trim_due:
+                self._trim_heap()
             if self._release_listener is not None:
                 self._release_listener()
             for seq, callback in callbacks:
@@ -713,6 +718,17 @@ class Producer(Generic[V]):
                     callback(RecordMetadata(self.topic, self.address, seq), None)
                 except Exception:
                     log.exception("on_delivery callback failed")
+
+    def _trim_heap(self) -> None:
+        """The unacked window drained after holding many bytes: give what it freed back to the system,
+        at most once a second (a trim costs 10-20 ms)."""
+        now = time.monotonic()
+        if now < self._next_trim:
+            return  # still due: the next ACK tries again
+        self._state.trim_due = False
+        self._next_trim = now + 1.0
+        heap.trim()
+        self.trims += 1
 
     def _due_callbacks(self) -> list[tuple[int, Callable[[RecordMetadata | None, Exception | None], None]]]:
         released = self._state.released

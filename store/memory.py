@@ -19,55 +19,22 @@ On a C library without these calls (musl, macOS) both do nothing.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import logging
-import threading
-
 import plyvel
 
-log = logging.getLogger(__name__)
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-MMAP_THRESHOLD = 64 * 1024
+from dafka import heap
 
 # A key after every key the store writes (they start with a printable prefix byte, store/keys.py):
 # compacting this empty range makes LevelDB write its memtable, and nothing else.
 _PAST_EVERY_KEY = b"\xff" * 8
 
-_lock = threading.Lock()
-_libc: ctypes.CDLL | None = None
-_tuned = False
-
-
-def _glibc() -> ctypes.CDLL | None:
-    global _libc
-    if _libc is None:
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            libc.malloc_trim, libc.mallopt  # noqa: B018 - both exist only in glibc
-        except (OSError, AttributeError):
-            return None
-        _libc = libc
-    return _libc
-
 
 def tune_allocator() -> bool:
-    """mmap every allocation of :data:`MMAP_THRESHOLD` bytes and more; True if applied."""
-    global _tuned
-    with _lock:
-        if not _tuned:
-            libc = _glibc()
-            _tuned = libc is not None and libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
-            if not _tuned:
-                log.debug("store: no glibc mallopt; the allocator keeps its own thresholds")
-        return _tuned
+    """mmap every allocation of 64 KiB and more (:func:`dafka.heap.mmap_large_blocks`); True if applied."""
+    return heap.mmap_large_blocks()
 
 
 def release(db: plyvel.DB | None) -> None:
     """Write LevelDB's memtable to disk and return free heap pages to the system."""
     if db is not None:
         db.compact_range(start=_PAST_EVERY_KEY, stop=_PAST_EVERY_KEY + b"\xff")
-    libc = _glibc()
-    if libc is not None:
-        libc.malloc_trim(0)
+    heap.trim()

@@ -286,3 +286,54 @@ def test_a_head_follows_the_first_record_at_once_and_the_producer_leaves_with_on
     finally:
         producer.close(timeout=1)
         watcher.close()
+
+
+def _rss_anon() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("RssAnon:"))
+
+
+def test_a_drained_unacked_window_gives_its_memory_back(tower, tmp_path):
+    """glibc keeps freed blocks below live ones: the soak's producers of 10 KB records stayed at 130-150
+    MiB once their 128 MiB windows had filled (stores behind) and drained (issue 24).  A window that held
+    16 MiB or more and drains to an eighth of it is followed by a trim of the heap."""
+    import subprocess
+
+    producer = Producer("trim", loopback_config(tower, producer__min_acks=1))
+    store = None
+    try:
+        pad = b"x" * 10_000
+        base = _rss_anon()
+        for i in range(4000):  # 40 MB held unacked: no store yet
+            producer.send(b"%08d" % i + pad)
+        pinned = [bytes(3000) for _ in range(100)]  # live blocks above the window's, as in any busy process
+        assert _rss_anon() - base > 30 * 2**20
+        store = subprocess.Popen(["dafka_stored", "--db", str(tmp_path / "db"), "--pub", tower.pub_endpoint,
+                                  "--sub", tower.sub_endpoint, "-X", "beacon/address=127.0.0.1"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: producer.stats()["acked"] == 4000, 60, what="the store's acks")
+        wait_for(lambda: producer.stats()["heap_trims"] >= 1, 5, what="a trim")
+        assert _rss_anon() - base < 12 * 2**20, (base, _rss_anon())
+        assert len(pinned) == 100
+    finally:
+        producer.close()
+        if store is not None:
+            store.terminate()
+            store.wait(30)
+
+
+def test_the_producer_state_asks_for_a_trim_only_after_a_large_window_drains():
+    from dafka.producer_state import TRIM_AFTER_BYTES, ProducerState
+
+    state = ProducerState("P" * 32, "T", min_acks=1)
+    big = b"x" * 10_000
+    for _ in range(100):  # 1 MB: too little to trim for
+        state.publish(big)
+    state.on_ack("S", proto.AckMsg("P" * 32, "T", 99))
+    assert not state.trim_due
+    for _ in range(TRIM_AFTER_BYTES // len(big) + 1):
+        state.publish(big)
+    state.on_ack("S", proto.AckMsg("P" * 32, "T", state.next_seq - 500))  # 5 MB still held: not drained yet
+    assert not state.trim_due
+    state.on_ack("S", proto.AckMsg("P" * 32, "T", state.next_seq - 1))
+    assert state.trim_due and state.held_peak == 0
