@@ -288,38 +288,58 @@ def test_a_head_follows_the_first_record_at_once_and_the_producer_leaves_with_on
         watcher.close()
 
 
-def _rss_anon() -> int:
+_WINDOW_SCRIPT = """
+import json, subprocess, sys, time
+from dafka import Config, Producer
+
+def anon():
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith("RssAnon:"))
+
+sub, pub, db = sys.argv[1:4]
+config = Config.load(overrides={"beacon/address": "127.0.0.1", "beacon/sub_address": sub,
+                                "beacon/pub_address": pub, "producer/min_acks": 1})
+producer = Producer("trim", config)
+pad = b"x" * 10_000
+base = anon()
+for i in range(4000):  # 40 MB held unacked: no store yet
+    producer.send(b"%08d" % i + pad)
+pinned = [bytes(3000) for _ in range(100)]  # live blocks above the window's, as in any busy process
+held = anon()
+store = subprocess.Popen(["dafka_stored", "--db", db, "--pub", pub, "--sub", sub, "-X", "beacon/address=127.0.0.1"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+try:
+    deadline = time.monotonic() + 60
+    while producer.stats()["acked"] < 4000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    stats = producer.stats()
+    print(json.dumps({"base": base, "held": held, "after": anon(), "acked": stats["acked"],
+                      "trims": stats["heap_trims"]}), flush=True)
+    producer.close()
+finally:
+    store.terminate()
+    store.wait(30)
+"""
 
 
 def test_a_drained_unacked_window_gives_its_memory_back(tower, tmp_path):
     """glibc keeps freed blocks below live ones: the soak's producers of 10 KB records stayed at 130-150
     MiB once their 128 MiB windows had filled (stores behind) and drained (issue 24).  A window that held
-    16 MiB or more and drains to an eighth of it is followed by a trim of the heap."""
+    16 MiB or more and drains to an eighth of it is followed by a trim of the heap.  In a process of its
+    own, so that no other test's freed memory blurs the figures."""
+    import json
     import subprocess
+    import sys
 
-    producer = Producer("trim", loopback_config(tower, producer__min_acks=1))
-    store = None
-    try:
-        pad = b"x" * 10_000
-        base = _rss_anon()
-        for i in range(4000):  # 40 MB held unacked: no store yet
-            producer.send(b"%08d" % i + pad)
-        pinned = [bytes(3000) for _ in range(100)]  # live blocks above the window's, as in any busy process
-        assert _rss_anon() - base > 30 * 2**20
-        store = subprocess.Popen(["dafka_stored", "--db", str(tmp_path / "db"), "--pub", tower.pub_endpoint,
-                                  "--sub", tower.sub_endpoint, "-X", "beacon/address=127.0.0.1"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(lambda: producer.stats()["acked"] == 4000, 60, what="the store's acks")
-        wait_for(lambda: producer.stats()["heap_trims"] >= 1, 5, what="a trim")
-        assert _rss_anon() - base < 12 * 2**20, (base, _rss_anon())
-        assert len(pinned) == 100
-    finally:
-        producer.close()
-        if store is not None:
-            store.terminate()
-            store.wait(30)
+    out = subprocess.run([sys.executable, "-c", _WINDOW_SCRIPT, tower.sub_endpoint, tower.pub_endpoint,
+                          str(tmp_path / "db")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["acked"] == 4000
+    assert r["held"] - r["base"] > 30 * 2**20, r
+    assert r["trims"] >= 1, r
+    assert r["after"] - r["base"] < 12 * 2**20, r
 
 
 def test_the_producer_state_asks_for_a_trim_only_after_a_large_window_drains():
