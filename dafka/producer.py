@@ -158,7 +158,7 @@ class Producer(Generic[V]):
         )
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self.trims = 0
+        self._trims = 0
         self._next_trim = 0.0
         self._callbacks: deque[tuple[int, Callable[[RecordMetadata | None, Exception | None], None]]] = deque()
         self._closed = False
@@ -437,7 +437,7 @@ class Producer(Generic[V]):
                 "audience_records": int(s.audience.records),
                 "audience_batches": int(s.audience.batches),
                 "claimed": int(self._fenced is not None),
-                "heap_trims": self.trims,  # times a drained unacked window gave its memory back
+                "heap_trims": self._trims,  # times a drained unacked window gave its memory back
             }
 
     def __enter__(self) -> Producer[V]:
@@ -728,7 +728,7 @@ class Producer(Generic[V]):
         self._state.trim_due = False
         self._next_trim = now + 1.0
         heap.trim()
-        self.trims += 1
+        self._trims += 1
 
     def _due_callbacks(self) -> list[tuple[int, Callable[[RecordMetadata | None, Exception | None], None]]]:
         released = self._state.released

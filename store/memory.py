@@ -5,7 +5,7 @@ thread allocates every message it receives and the writer thread frees it, so
 glibc spreads them over several arenas and keeps the freed space; LevelDB's
 memtable stays full until the next write fills it.  Two things fix that:
 
-* :func:`tune_allocator`: blocks of 64 KiB and more (libzmq's batched
+* :func:`dafka.heap.mmap_large_blocks`, set when a writer starts: blocks of 64 KiB and more (libzmq's batched
   messages, LevelDB's write batches and memtable arenas) are mmapped, and so
   unmapped when freed.  glibc would otherwise raise that threshold to 32 MiB
   after the first such free, and keep them in its heaps.  It is process-wide
@@ -26,11 +26,6 @@ from dafka import heap
 # A key after every key the store writes (they start with a printable prefix byte, store/keys.py):
 # compacting this empty range makes LevelDB write its memtable, and nothing else.
 _PAST_EVERY_KEY = b"\xff" * 8
-
-
-def tune_allocator() -> bool:
-    """mmap every allocation of 64 KiB and more (:func:`dafka.heap.mmap_large_blocks`); True if applied."""
-    return heap.mmap_large_blocks()
 
 
 def release(db: plyvel.DB | None) -> None:

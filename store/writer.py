@@ -18,7 +18,7 @@ import time
 import plyvel
 import zmq
 
-from dafka import batching, proto
+from dafka import batching, heap, proto
 from dafka.config import Config
 from dafka.loop import Loop
 from dafka.net import drain
@@ -72,7 +72,7 @@ class Writer(RoleThread):
         self.releases = 0
         self._written_since_release: float | None = None  # when the last write since the last release was
         if self.idle_release is not None:
-            memory.tune_allocator()
+            heap.mmap_large_blocks()
         self.state = WriterState(address, fetch_retry=FETCH_RETRY)
         self.write_errors = 0
         self.retention_deleted = 0
