@@ -256,7 +256,15 @@ def _proc_sample(pid: int) -> dict:
 
 
 def _du(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    """Bytes in the files under ``path``; LevelDB deletes tables as it compacts, so a file listed may be gone."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                continue
+    return total
 
 
 def _scrape(port: int) -> dict[str, float]:

@@ -117,3 +117,21 @@ def test_the_soak_joins_a_groups_tenures_of_a_partition():
     assert group_anomalies(heads, [{P: [[0, 152], [153, 1000]]}, g2]) == [f"group repeated {P} 95..152"]
     assert group_anomalies(heads, [{P: [[0, 94], [160, 1000]]}, g2]) == [f"group lost {P} 153..159"]
     assert group_anomalies(heads, [{P: [[0, 94], [153, 900]]}, g2]) == [f"group lacks {P} after 900 (head 1000)"]
+
+
+def test_the_soak_measures_a_database_whose_tables_vanish(tmp_path, monkeypatch):
+    """The 60-minute soak of 2026-11-27 died at minute 41 with FileNotFoundError: LevelDB's compaction
+    deleted a table between the disk-use sampler's listing of the directory and its stat of that file."""
+    import os
+
+    import soak
+
+    (tmp_path / "000001.ldb").write_bytes(b"x" * 1000)
+    real_walk = os.walk
+
+    def walk_with_a_vanished_table(path):
+        for root, dirs, files in real_walk(path):
+            yield root, dirs, files + ["000002.ldb"]  # listed, then deleted by a compaction
+
+    monkeypatch.setattr(soak.os, "walk", walk_with_a_vanished_table)
+    assert soak._du(tmp_path) == 1000
