@@ -92,6 +92,9 @@ class SharedDB:
         self.lock = threading.Lock()
         self.db: plyvel.DB | None = open_db(path, self._options)
         self.generation = 0
+        # record key prefix -> the partition's floor (store/retention.py): the writer sets it after each
+        # deletion, the reader starts its seeks there instead of over the deleted records' tombstones.
+        self.floors: dict[bytes, int] = {}
 
     def reopen(self) -> None:
         """Close and open the database again; raises :class:`StoreError` if it

@@ -371,10 +371,16 @@ class Reader(RoleThread):
                 self.heads_sent += len(found)
                 self.bulk_messages += 1
 
+    def _from(self, prefix: bytes, seq: int) -> bytes:
+        """Where a seek for record ``seq`` of the partition under ``prefix`` starts: at the partition's
+        floor if ``seq`` is below it, so as not to step over the tombstones of what retention deleted."""
+        return _key(prefix, max(seq, self._shared.floors.get(prefix, 0)))
+
     def _tail(self, head_key: bytes, head: int) -> int:
         """The oldest sequence stored of the partition of ``head_key`` (head + 1 if none is left)."""
         prefix = keys.RECORD + head_key[1:]
-        first = next(self._db.iterator(prefix=prefix, include_value=False), None)
+        first = next(self._db.iterator(start=self._from(prefix, 0), stop=keys.prefix_end(prefix), include_value=False),
+                     None)
         return head + 1 if first is None else keys.seq_of(first[-keys.SEQ_BYTES:])
 
     def _on_fetch(self, msg: proto.FetchMsg) -> None:
@@ -425,7 +431,7 @@ class Reader(RoleThread):
             if old is not None:
                 old.close()  # superseded: the requester has moved on
             if not answer.bulk:
-                answer.it = self._db.iterator(start=answer.prefix + keys.seq_bytes(msg.sequence),
+                answer.it = self._db.iterator(start=self._from(answer.prefix, msg.sequence),
                                               stop=keys.prefix_end(answer.prefix))
             self._by_key[answer.key] = answer
             self._answers.append(answer)
@@ -508,7 +514,7 @@ class Reader(RoleThread):
         if answer.it is not None:
             first = next(answer.it, None)  # (key, value): its record is carried to be sent first
         else:
-            first = next(self._db.iterator(start=_key(answer.prefix, answer.next), stop=keys.prefix_end(answer.prefix),
+            first = next(self._db.iterator(start=self._from(answer.prefix, answer.next), stop=keys.prefix_end(answer.prefix),
                                            include_value=False), None)
         if first is None:
             answer.exhausted = True
@@ -610,7 +616,7 @@ class Reader(RoleThread):
         partition has nothing more."""
         items = list(self._db.iterator(start=_key(answer.prefix, first), stop=_key(answer.prefix, first + n)))
         if not items:
-            later = next(self._db.iterator(start=_key(answer.prefix, first + n), stop=keys.prefix_end(answer.prefix),
+            later = next(self._db.iterator(start=self._from(answer.prefix, first + n), stop=keys.prefix_end(answer.prefix),
                                            include_value=False), None)
             if later is None:
                 answer.exhausted = True
@@ -629,10 +635,11 @@ class Reader(RoleThread):
         :data:`dafka.proto.UNKNOWN_TIME` over a range that no stamp covers."""
         prefix = keys.STAMP + answer.prefix[1:]
         db = self._db
-        before = next(db.iterator(start=prefix, stop=_key(prefix, first + 1), reverse=True), None)
+        floor = _key(prefix, self._shared.floors.get(answer.prefix, 0))  # the stamps below it were deleted
+        before = next(db.iterator(start=floor, stop=_key(prefix, first + 1), reverse=True), None)
         stamps: list[tuple[int, int]] = []
         covered = first  # every record below this one has a time (or is before the message)
-        for key, value in db.iterator(start=before[0] if before is not None else prefix, stop=_key(prefix, end)):
+        for key, value in db.iterator(start=before[0] if before is not None else floor, stop=_key(prefix, end)):
             try:
                 stamp = keys.decode_stamp(key, value)
             except ValueError:

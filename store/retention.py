@@ -18,6 +18,12 @@ the result in one WriteBatch.
   record key, which the reader sends as DIRECT-TAIL) is always defined.
 * At most ``budget`` records are deleted per call so a large backlog never
   stalls the writer; the rest goes on the next call.
+* A deleted key stays in LevelDB as a tombstone until a compaction reaches
+  it, and an iterator that starts below a run of tombstones steps over each
+  (about 1 s per million).  Every record below a cut's new tail is deleted
+  and nothing is written below a partition's head again, so the partition's
+  ``floor`` (shared with the reader, :class:`dafka.store.database.SharedDB`)
+  is where every later seek starts.
 
 The stamp that straddles the new oldest record is rewritten under the new
 first sequence with its remaining size, so stamps keep describing exactly the
@@ -48,7 +54,8 @@ class Cut:
 
 
 def _stamps(db, p: Partition) -> Iterable[keys.Stamp]:
-    for key, value in db.iterator(start=p.stamp_prefix, stop=keys.prefix_end(p.stamp_prefix)):
+    # Stamps below the floor were deleted with their records (the one that straddled it was moved to it).
+    for key, value in db.iterator(start=p.stamp_prefix + keys.seq_bytes(p.floor), stop=keys.prefix_end(p.stamp_prefix)):
         try:
             yield keys.decode_stamp(key, value)
         except ValueError:
@@ -100,7 +107,7 @@ def plan_partition(db, p: Partition, now_ms: int, retention_ms: int, retention_b
     freed = 0
     new_tail = cap + 1
     prefix = p.key_prefix
-    for key, value in db.iterator(start=prefix, stop=keys.prefix_end(prefix)):
+    for key, value in db.iterator(start=prefix + keys.seq_bytes(p.floor), stop=keys.prefix_end(prefix)):
         seq = keys.seq_of(key[-8:])
         if seq > cap or len(deletes) >= budget or (seq > time_limit and freed >= need):
             new_tail = min(seq, cap + 1)
@@ -131,5 +138,6 @@ def applied(cut: Cut) -> None:
     """Update the partition's bookkeeping once ``cut`` is written."""
     p = cut.partition
     p.total_bytes = max(0, p.total_bytes - cut.freed)
+    p.floor = max(p.floor, cut.new_tail)  # every record below it was deleted
     if p.stamp_first >= 0 and p.stamp_first < cut.new_tail:
         p.stamp_first = -1  # its key was deleted or moved: the next batch starts a new stamp

@@ -325,6 +325,7 @@ class Writer(RoleThread):
             self.compacted += cut.deleted
         for p in gone:
             self.state.forget(p)
+            self._shared.floors.pop(p.key_prefix, None)
             self.expired += 1
             log.info("store: deleted %s/%s, a consumer group member silent for %d ms",
                      p.subject, p.address, self.offsets_retention_ms)
@@ -344,6 +345,7 @@ class Writer(RoleThread):
             return False
         for cut in cuts:
             retention.applied(cut)
+            self._shared.floors[cut.partition.key_prefix] = cut.partition.floor
         return True
 
     def _retention(self) -> None:

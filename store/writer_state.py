@@ -51,7 +51,7 @@ class Partition:
         "head", "written", "known_head", "pending",
         "fetch_seq", "fetch_end", "fetched_at", "progress_at", "tick_head", "tail_hint",
         "batch_first", "batch_bytes", "stamp_first", "stamp_last", "stamp_start_ms", "stamp_bytes",
-        "total_bytes", "record_size", "compacted", "heard",
+        "total_bytes", "record_size", "compacted", "heard", "floor",
     )
 
     def __init__(self, subject: str, address: str, head: int = -1) -> None:
@@ -81,6 +81,9 @@ class Partition:
         self.record_size = -1  # estimated content size, sampled from the open batch when fetching
         self.compacted = -1  # offsets topics: the head the last compaction pass looked at (store/compaction.py)
         self.heard = float("-inf")  # when its producer's last HEAD came (monotonic)
+        # Every record below this sequence was deleted (by retention or compaction, in this process): seeks start
+        # here, not at the partition's first key, which would walk LevelDB over each deleted key's tombstone.
+        self.floor = 0
 
     def __repr__(self) -> str:
         return f"<Partition {self.subject}/{self.address} head={self.head} written={self.written}>"

@@ -584,12 +584,35 @@ def test_retention_by_bytes_and_a_consumer_resumes_at_the_oldest_kept(make_store
     address = producer.address
     producer.close()
     wait_for(lambda: store.stats()["retention_deleted"] == 200, 10, what="retention")
+    prefix = keys.partition_prefix(keys.RECORD, "short", address)
+    wait_for(lambda: store._db.floors.get(prefix) == 200, 5, what="the partition's floor shared with the reader")
+    seeks = _SeekRecorder(store._db)
     consumer = make_consumer("short")
     got = read_all(consumer, 100, timeout=15)
     assert [(r.partition, r.offset) for r in got] == [(address, i) for i in range(200, 300)]
     assert all(r.value == payload(r.offset) for r in got)
     assert consumer.stats()["skipped"] == 200
     assert store.stats()["tails_sent"] >= 1
+    # The consumer's hello (its heads and tails) and its FETCH from 0 were answered without seeking over the
+    # tombstones of the 200 deleted records: every seek of the partition started at 200 or later.
+    mine = [start for start in seeks.starts if start is not None and start.startswith(prefix)]
+    assert mine and min(mine) >= prefix + keys.seq_bytes(200), mine
+
+
+class _SeekRecorder:
+    """Wraps a running store's database handle to record where each iterator starts."""
+
+    def __init__(self, shared) -> None:
+        self.starts: list[bytes | None] = []
+        self._db = shared.db
+        shared.db = self
+
+    def iterator(self, **kwargs):
+        self.starts.append(kwargs.get("start", kwargs.get("prefix")))
+        return self._db.iterator(**kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
 
 
 def test_retention_by_age_keeps_the_head(make_store, make_producer, tmp_path):
