@@ -13,10 +13,13 @@ time (a GET-HEADS round trip), and writes them to ``soak.json``; at the end
 The run checks, and says which failed:
 * nothing lost or repeated: each consumer got every acked record of every
   partition, in order, once (the group's members together);
-* RSS after the first 5 minutes grows by at most 10 % over the rest of the run
-  (the mean of the last 10 minutes against that of minutes 5-15);
-* p99 latency in the last 10 minutes is at most 2x that of minutes 5-15
-  (each the median of the consumers' 10-second p99s);
+* RSS grows by at most 10 % over the run once it is warm: the mean of the last
+  10 minutes against that of the 10 minutes from 5 minutes after the stores'
+  retention window has filled (minutes 15-25 with 10 minutes of retention:
+  until retention deletes as much as comes, a store's database, and so its
+  mapped tables, still grow);
+* p99 latency in the last 10 minutes is at most 2x that of the same early
+  window (each the median of the consumers' 10-second p99s);
 * each store's disk stays within its retention bound;
 * no process leaks descriptors.
 
@@ -459,10 +462,15 @@ def group_anomalies(heads: dict[str, int], members: list[dict[str, list[list[int
 def check(soak: Soak) -> dict:
     """The pass criteria; ``failures`` lists those that failed."""
     rows, total = soak.rows, soak.minutes * 60
-    # An hour: growth after minute 5, p99 of minutes 5-15 against the last 10 minutes.  A shorter run
-    # (CI's 5 minutes) warms up for half of it (retention starts at 2 minutes), then compares its halves.
+    # An hour: the 10 minutes after the stores' retention window has filled and 5 more minutes (minutes
+    # 15-25) against the last 10.  A store's RSS follows its database (LevelDB maps its tables), which grows
+    # until retention deletes as much as comes (the 60-minute run of 2026-11-27: 93-99 MiB at 60-100 MiB on
+    # disk in minutes 5-10, then 104-148 MiB at 110-175 MiB from minute 12 to 60, with no trend; judged
+    # from minute 5, its stores "grew" 15-25 %).  A shorter run (CI's 5 minutes) warms up for half of it
+    # (retention starts at 2 minutes), then compares its halves.
     if total >= 3600:
-        warm, early_window, late_window = 300.0, (300.0, 900.0), (total - 600, total + 1)
+        warm = max(300.0, soak.retention_ms / 1000 + 300)
+        early_window, late_window = (warm, warm + 600), (total - 600, total + 1)
     else:
         warm = total / 2
         early_window, late_window = (warm, warm + warm / 2), (total - warm / 2, total + 1)
@@ -496,7 +504,7 @@ def check(soak: Soak) -> dict:
         if series and early_rss is not None and late_rss is not None:
             # the mean RSS of the first and of the last window, and the highest sample in between
             growth[name] = (round(early_rss), round(late_rss), round(max(series)))
-        # Growth is the trend, the mean of the last 10 minutes against minutes 5-15: a compaction's
+        # Growth is the trend, the mean of the last 10 minutes against the early window: a compaction's
         # mapped tables make spikes of tens of MiB that the plot shows and that pass.  Only an hour shows
         # a steady state: in 5 minutes the stores still fill their retention window and Spark's JVM its
         # heap, so a shorter run reports the growth (rss_growth) without judging it.
