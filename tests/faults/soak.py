@@ -54,6 +54,8 @@ for folder in (HERE, HERE.parent):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
+from dafka.metrics import _directory_bytes  # noqa: E402  (what dafka_store_db_bytes reports)
+
 TOPIC = "soak"
 GROUP = "soakers"
 HEADER = struct.Struct(">QQ")  # sequence, send time (ns since the epoch)
@@ -258,18 +260,6 @@ def _proc_sample(pid: int) -> dict:
     return {"rss_mib": rss, "cpu_s": cpu, "fds": fds}
 
 
-def _du(path: Path) -> int:
-    """Bytes in the files under ``path``; LevelDB deletes tables as it compacts, so a file listed may be gone."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.stat(os.path.join(root, name)).st_size
-            except FileNotFoundError:
-                continue
-    return total
-
-
 def _scrape(port: int) -> dict[str, float]:
     import urllib.request
 
@@ -367,7 +357,8 @@ class Soak:
             s["cpu_pct"] = 100 * (s["cpu_s"] - last["cpu_s"]) / SAMPLE_EVERY if last and s["cpu_s"] >= last["cpu_s"] else None
             row["proc"][name] = s
         for name, port in self.ports.items():
-            store = {"disk_mib": _du(self.work / f"{name}.db") / 2**20}
+            # (not Path.rglob and stat: LevelDB deletes a table as it compacts, which killed a 60-minute run)
+            store = {"disk_mib": _directory_bytes(str(self.work / f"{name}.db")) / 2**20}
             try:
                 store.update(_scrape(port))
             except OSError:

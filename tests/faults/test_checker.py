@@ -133,5 +133,5 @@ def test_the_soak_measures_a_database_whose_tables_vanish(tmp_path, monkeypatch)
         for root, dirs, files in real_walk(path):
             yield root, dirs, files + ["000002.ldb"]  # listed, then deleted by a compaction
 
-    monkeypatch.setattr(soak.os, "walk", walk_with_a_vanished_table)
-    assert soak._du(tmp_path) == 1000
+    monkeypatch.setattr(os, "walk", walk_with_a_vanished_table)
+    assert soak._directory_bytes(str(tmp_path)) == 1000
