@@ -81,8 +81,12 @@ def test_lossy_duplicating_link_between_two_towers(processes, tower, tmp_path, f
         # The link really was bad (B>A carries only the consumer's few FETCHes and hellos: not counted).
         # The proxy counts messages, not records: a busy producer sends up to 1024 records a message
         # (live batches, rfc 13), so how many messages carry the 10,000 records depends on the machine's
-        # load (4,168 in a loaded run, of which 446 dropped: fewer than 5 % of the records' count).
-        assert link.dropped["A>B"] > 0 and link.duplicated["A>B"] > 0 and link.forwarded["B>A"] > 0, link.forwarded
+        # load (4,168 in a loaded run, of which 446 dropped: fewer than 5 % of the records' count).  The
+        # fault acts on each message: with this seed, every run of 200 draws or more drops 8.4 % or more
+        # and duplicates 9.5 % or more of them.
+        messages = link.forwarded["A>B"]
+        assert link.dropped["A>B"] > 0.05 * messages and link.duplicated["A>B"] > 0.05 * messages, link.dropped
+        assert link.forwarded["B>A"] > 0
     finally:
         link.close()
         tower_b.stop()
