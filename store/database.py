@@ -60,6 +60,8 @@ def open_db(path: str, options: Mapping[str, int] | None = None) -> plyvel.DB:
         raise StoreError(f"cannot open the store database {path!r}: {exc}") from exc
     try:
         check_format(db, path)
+        if db.get(keys.HEADS_END) is None:
+            db.put(keys.HEADS_END, b"")
     except BaseException:
         db.close()
         raise
@@ -95,6 +97,14 @@ class SharedDB:
         # record key prefix -> the partition's floor (store/retention.py): the writer sets it after each
         # deletion, the reader starts its seeks there instead of over the deleted records' tombstones.
         self.floors: dict[bytes, int] = {}
+        # record key prefix -> where the partition's newest stamp starts: the writer sets it after each batch,
+        # the reader's stamp lookups never look past it (store/reader.py: Reader._stamps).
+        self.newest_stamps: dict[bytes, int] = {}
+
+    def forget(self, prefix: bytes) -> None:
+        """The partition under (record key) ``prefix`` was deleted whole."""
+        self.floors.pop(prefix, None)
+        self.newest_stamps.pop(prefix, None)
 
     def reopen(self) -> None:
         """Close and open the database again; raises :class:`StoreError` if it

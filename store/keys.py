@@ -14,6 +14,7 @@ contiguous key range, oldest first.
 This project adds two kinds of key, under prefixes the reference never reads
 (it only ever looks at 'M' and 'H' keys, so it is unaffected)::
 
+    'I'                                             ->  empty: the end of the heads
     't' subject NUL address NUL first_seq(8, BE)    ->  msgpack [last_seq, unix_ms, nbytes]
     'v'                                             ->  msgpack format version (an int)
 
@@ -29,6 +30,13 @@ so can a reader that wants receive timestamps (the Spark connector): a record
 ``s`` has the ``unix_ms`` of the stamp with the greatest ``first_seq <= s``,
 accurate to :data:`STAMP_SPAN_MS`.  The oldest kept sequence of a partition
 (its *tail*) is not stored: it is the first 'M' key of the partition.
+
+The *end of the heads* (:data:`HEADS_END`) sorts after every 'H' key and
+before every 'M' key.  A listing of heads reads until it sees a key that is not
+a head; without a key here, that key would be the first record kept of the
+first partition, and LevelDB would step over the tombstone of every record
+retention deleted before it to find it (store/reader.py says what that costs).
+A store puts it in a database that lacks it when it opens one.
 
 The *format version* (:data:`FORMAT_VERSION`) names this layout.  A
 database without it (written by the reference, or by dafka-py 0.1.0, whose
@@ -52,6 +60,7 @@ RECORD = b"M"
 HEAD = b"H"
 STAMP = b"t"
 FORMAT = b"v"
+HEADS_END = b"I"
 
 FORMAT_VERSION = 1  # the layout above: 'M', 'H' (the reference's) and 't'
 

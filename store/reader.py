@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from itertools import islice
 
 import plyvel
 import zmq
@@ -69,7 +70,7 @@ class _Answer:
     """One FETCH being answered: records ``next .. end-1`` still to send."""
 
     __slots__ = ("key", "requester", "subject", "producer", "partition", "prefix", "out_prefix", "bulk",
-                 "next", "end", "left", "it", "carry", "first", "chunk", "exhausted",
+                 "next", "end", "left", "it", "last", "carry", "first", "chunk", "exhausted",
                  "stalled_since", "paused_since", "paced_at", "done")
 
     def __init__(self, requester: str, subject: str, producer: str, seq: int, count: int, bulk: bool) -> None:
@@ -88,6 +89,7 @@ class _Answer:
         self.end = min(seq + count, proto.MAX_SEQUENCE + 1)
         self.left = count  # records still to send (DIRECT-RECORD answers)
         self.it = None  # DIRECT-RECORD answers read one LevelDB iterator
+        self.last = -1  # ...up to the partition's head when it was made (Reader._head)
         # messages taken from the database but not sent yet: (frames, first, end) with the
         # sequence range they carry (first = end for one that carries none, a DIRECT-TAIL)
         self.carry: deque[tuple[list[bytes], int, int]] = deque()
@@ -371,15 +373,32 @@ class Reader(RoleThread):
                 self.heads_sent += len(found)
                 self.bulk_messages += 1
 
-    def _from(self, prefix: bytes, seq: int) -> bytes:
-        """Where a seek for record ``seq`` of the partition under ``prefix`` starts: at the partition's
-        floor if ``seq`` is below it, so as not to step over the tombstones of what retention deleted."""
-        return _key(prefix, max(seq, self._shared.floors.get(prefix, 0)))
+    # A LevelDB seek or step finds the next key that is not deleted, and a deleted key stays behind as a
+    # tombstone until a compaction reaches it: a read that asks for a key below a partition's floor steps
+    # over every record retention deleted there, and one that asks past the partition's last record steps
+    # over the tombstones at the start of the next partition (or region) before it can see it has left the
+    # partition: 285 ms a seek past 300,000 of them (/tmp/probe/edge.py, 2026-11-27).  So every read of a
+    # partition starts at its floor or above (_from) and ends at its head (_head): the writer writes a
+    # partition's records in order and retention and compaction never delete its head record, so every
+    # record from the floor to the head is stored.
+
+    def _from(self, prefix: bytes, seq: int) -> int:
+        """Where a read of the partition under ``prefix`` from record ``seq`` starts: at the partition's
+        floor if ``seq`` is below it."""
+        return max(seq, self._shared.floors.get(prefix, 0))
+
+    def _head(self, prefix: bytes) -> int:
+        """The head stored for the partition under (record key) ``prefix``; -1 if none."""
+        value = self._db.get(keys.HEAD + prefix[1:])
+        return keys.seq_of(value) if value is not None and len(value) == keys.SEQ_BYTES else -1
 
     def _tail(self, head_key: bytes, head: int) -> int:
         """The oldest sequence stored of the partition of ``head_key`` (head + 1 if none is left)."""
         prefix = keys.RECORD + head_key[1:]
-        first = next(self._db.iterator(start=self._from(prefix, 0), stop=keys.prefix_end(prefix), include_value=False),
+        start = self._from(prefix, 0)
+        if start > head:
+            return head + 1
+        first = next(self._db.iterator(start=_key(prefix, start), stop=keys.prefix_end(prefix), include_value=False),
                      None)
         return head + 1 if first is None else keys.seq_of(first[-keys.SEQ_BYTES:])
 
@@ -431,7 +450,8 @@ class Reader(RoleThread):
             if old is not None:
                 old.close()  # superseded: the requester has moved on
             if not answer.bulk:
-                answer.it = self._db.iterator(start=self._from(answer.prefix, msg.sequence),
+                answer.last = self._head(answer.prefix)  # first: the iterator sees every record up to it
+                answer.it = self._db.iterator(start=_key(answer.prefix, self._from(answer.prefix, msg.sequence)),
                                               stop=keys.prefix_end(answer.prefix))
             self._by_key[answer.key] = answer
             self._answers.append(answer)
@@ -511,10 +531,14 @@ class Reader(RoleThread):
         """Find the first stored record at or after the sequence asked for;
         if records before it were deleted (retention), a DIRECT-TAIL saying
         so goes first.  False if there is nothing to send."""
+        start = self._from(answer.prefix, answer.next)
+        if start > (answer.last if answer.it is not None else self._head(answer.prefix)):
+            answer.exhausted = True  # nothing stored from there on (and no seek past the partition's end)
+            return False
         if answer.it is not None:
             first = next(answer.it, None)  # (key, value): its record is carried to be sent first
         else:
-            first = next(self._db.iterator(start=self._from(answer.prefix, answer.next), stop=keys.prefix_end(answer.prefix),
+            first = next(self._db.iterator(start=_key(answer.prefix, start), stop=keys.prefix_end(answer.prefix),
                                            include_value=False), None)
         if first is None:
             answer.exhausted = True
@@ -542,8 +566,10 @@ class Reader(RoleThread):
         send_rest = self._send_rest
         out_prefix = answer.out_prefix
         per_message = len(out_prefix) + keys.SEQ_BYTES + MESSAGE_OVERHEAD
-        left = min(answer.left, end - answer.next)
+        left = min(answer.left, end - answer.next, answer.last + 1 - answer.next)  # (not past the head: _head)
         if left <= 0:
+            if answer.next > answer.last:
+                answer.exhausted = True
             return 0
         sent = spent = 0
         first_seq8 = last_seq8 = None
@@ -583,15 +609,20 @@ class Reader(RoleThread):
         records or ``room`` bytes are spent or ``end``."""
         db = self._db
         prefix = answer.prefix
+        head = self._head(prefix)
         sent = spent = 0
         while sent < budget and spent < room and answer.next < end:
             first = answer.next
-            n = min(end - first, answer.chunk)
+            n = min(end - first, answer.chunk, head + 1 - first)  # (not past the head: _head)
+            if n <= 0:
+                answer.exhausted = True
+                break
             # fill_cache=False: a scan would evict the blocks live traffic uses, and costs 30 % more.
-            values = list(db.iterator(start=_key(prefix, first), stop=_key(prefix, first + n), include_key=False,
-                                      fill_cache=False))
+            # islice: n values and not one step more, which would look past the head.
+            values = list(islice(db.iterator(start=_key(prefix, self._from(prefix, first)), stop=_key(prefix, first + n),
+                                             include_key=False, fill_cache=False), n))
             if len(values) != n:
-                first, values = self._contiguous_run(answer, first, n)
+                first, values = self._contiguous_run(answer, first, n, head)
                 if not values:
                     break
             n = len(values)
@@ -609,15 +640,18 @@ class Reader(RoleThread):
             spent += len(frame) + len(lengths) + len(contents) + MESSAGE_OVERHEAD
         return sent
 
-    def _contiguous_run(self, answer: _Answer, first: int, n: int) -> tuple[int, list[bytes]]:
-        """The records from ``first`` on when ``first .. first+n-1`` are not
-        all stored: the run of consecutive ones the range starts with (from
-        the first one stored, if ``first`` itself is gone); none when the
-        partition has nothing more."""
-        items = list(self._db.iterator(start=_key(answer.prefix, first), stop=_key(answer.prefix, first + n)))
+    def _contiguous_run(self, answer: _Answer, first: int, n: int, head: int) -> tuple[int, list[bytes]]:
+        """The records from ``first`` on when ``first .. first+n-1`` (at most
+        the ``head``) are not all stored: the run of consecutive ones the
+        range starts with (from the first one stored, if ``first`` itself is
+        gone); none when the partition has nothing more."""
+        prefix = answer.prefix
+        items = list(islice(self._db.iterator(start=_key(prefix, self._from(prefix, first)), stop=_key(prefix, first + n)),
+                            n))
         if not items:
-            later = next(self._db.iterator(start=self._from(answer.prefix, first + n), stop=keys.prefix_end(answer.prefix),
-                                           include_value=False), None)
+            start = self._from(prefix, first + n)
+            later = None if start > head else next(
+                self._db.iterator(start=_key(prefix, start), stop=keys.prefix_end(prefix), include_value=False), None)
             if later is None:
                 answer.exhausted = True
                 return first, []
@@ -635,25 +669,32 @@ class Reader(RoleThread):
         :data:`dafka.proto.UNKNOWN_TIME` over a range that no stamp covers."""
         prefix = keys.STAMP + answer.prefix[1:]
         db = self._db
-        floor = _key(prefix, self._shared.floors.get(answer.prefix, 0))  # the stamps below it were deleted
-        before = next(db.iterator(start=floor, stop=_key(prefix, first + 1), reverse=True), None)
+        # The stamp of ``first`` is the last one that starts at or before it.  Neither read looks past the
+        # partition's newest stamp (see _head): a reverse seek from first + 1 when a newer stamp is known,
+        # else a read from the newest itself (the writer shares where it starts: SharedDB.newest_stamps).
+        newest = self._shared.newest_stamps.get(answer.prefix, -1)
+        if 0 <= newest <= first:
+            start = _key(prefix, newest)
+        else:
+            floor = _key(prefix, self._shared.floors.get(answer.prefix, 0))  # the stamps below it were deleted
+            before = next(db.iterator(start=floor, stop=_key(prefix, first + 1), reverse=True), None)
+            start = before[0] if before is not None else floor
         stamps: list[tuple[int, int]] = []
         covered = first  # every record below this one has a time (or is before the message)
-        for key, value in db.iterator(start=before[0] if before is not None else floor, stop=_key(prefix, end)):
+        for key, value in db.iterator(start=start, stop=_key(prefix, end)):
             try:
                 stamp = keys.decode_stamp(key, value)
             except ValueError:
                 continue
-            if stamp.last < covered:
-                continue
-            start = max(stamp.first, first)
-            if start > covered:
-                stamps.append((covered, proto.UNKNOWN_TIME))
-            if stamps and stamps[-1][1] == stamp.unix_ms:
+            if stamp.last >= covered:
+                start_seq = max(stamp.first, first)
+                if start_seq > covered:
+                    stamps.append((covered, proto.UNKNOWN_TIME))
+                if not (stamps and stamps[-1][1] == stamp.unix_ms):
+                    stamps.append((start_seq, stamp.unix_ms))
                 covered = stamp.last + 1
-                continue
-            stamps.append((start, stamp.unix_ms))
-            covered = stamp.last + 1
+                if covered >= end:
+                    break  # before the next step, which would look past the newest stamp
         if stamps and covered < end:
             stamps.append((covered, proto.UNKNOWN_TIME))
         return stamps

@@ -219,6 +219,9 @@ class Writer(RoleThread):
             state.batch_failed(batch)
         else:
             state.batch_written(batch)
+            newest = self._shared.newest_stamps
+            for p, _ in batch.acks:
+                newest[p.key_prefix] = p.stamp_first
             if self.idle_release is not None:
                 self._written_since_release = time.monotonic()
 
@@ -325,7 +328,7 @@ class Writer(RoleThread):
             self.compacted += cut.deleted
         for p in gone:
             self.state.forget(p)
-            self._shared.floors.pop(p.key_prefix, None)
+            self._shared.forget(p.key_prefix)
             self.expired += 1
             log.info("store: deleted %s/%s, a consumer group member silent for %d ms",
                      p.subject, p.address, self.offsets_retention_ms)
@@ -343,9 +346,13 @@ class Writer(RoleThread):
             self.last_error = str(exc)
             log.error("store writer %s: %s could not delete records (%s); will retry", self.address, what, exc)
             return False
+        newest = self._shared.newest_stamps
         for cut in cuts:
             retention.applied(cut)
-            self._shared.floors[cut.partition.key_prefix] = cut.partition.floor
+            p = cut.partition
+            self._shared.floors[p.key_prefix] = p.floor
+            if p.stamp_first < 0:
+                newest.pop(p.key_prefix, None)  # its newest stamp was moved: the next batch starts one
         return True
 
     def _retention(self) -> None:

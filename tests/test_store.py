@@ -615,6 +615,95 @@ class _SeekRecorder:
         return getattr(self._db, name)
 
 
+class _LookPast:
+    """Wraps a running store's database handle so that each iterator of its reader thread runs without its
+    ``stop``, applied here instead: the key LevelDB found at or past the stop is seen.  A record or stamp key
+    outside the iterator's partition (or the end of the database) means LevelDB looked past the partition's
+    last key into keys that retention deletes; in a store with retention it would have stepped over their
+    tombstones to find one.  (Heads are not deleted: a listing of heads may end on the next one.)"""
+
+    def __init__(self, shared) -> None:
+        self.past: list[tuple[bytes, bytes | None]] = []  # (where the read started, the key found past it)
+        self._db = shared.db
+        shared.db = self
+
+    def iterator(self, *, start=None, stop=None, prefix=None, reverse=False, include_key=True, include_value=True,
+                 **options):
+        if not threading.current_thread().name.startswith("dafka-store-reader"):
+            return self._db.iterator(start=start, stop=stop, prefix=prefix, reverse=reverse, include_key=include_key,
+                                     include_value=include_value, **options)
+        if prefix is not None:
+            start, stop, region = prefix, keys.prefix_end(prefix), prefix
+        else:
+            region = (stop if reverse else start)[:-keys.SEQ_BYTES]  # a partition's keys end in a sequence
+        if reverse:  # plyvel seeks to the stop first
+            found = next(self._db.iterator(start=stop), (None, None))[0]
+            if self._beyond(found, region):
+                self.past.append((stop, found))
+            return self._db.iterator(start=start, stop=stop, reverse=True, include_key=include_key,
+                                     include_value=include_value, **options)
+        return self._forward(self._db.iterator(start=start, **options), start, stop, region, include_key, include_value)
+
+    def _forward(self, it, start, stop, region, include_key, include_value):
+        for key, value in it:
+            if (stop is not None and key >= stop) or not key.startswith(region):
+                if self._beyond(key, region):
+                    self.past.append((start, key))
+                return
+            yield (key, value) if include_key and include_value else key if include_key else value
+        self.past.append((start, None))
+
+    @staticmethod
+    def _beyond(found: bytes | None, region: bytes) -> bool:
+        return found is None or (not found.startswith(region) and found[:1] in (keys.RECORD, keys.STAMP))
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
+def test_no_read_of_the_store_looks_past_a_partitions_head(tower, make_store, make_producer):
+    """A LevelDB seek or step finds the next key that is not deleted: asked for a key past a partition's last
+    record, it steps over every tombstone at the start of the next partition first (285 ms a seek past
+    300,000, /tmp/probe/edge.py), which made a store's answers take seconds once retention deleted.  Reads
+    to the head and past it, in both kinds of answer, and head listings, never look beyond the partition."""
+    store = make_store()
+    producer = make_producer("edge")
+    linked(producer, store)
+    for i in range(300):
+        producer.send(payload(i))
+    producer.flush(10)
+    P = producer.address
+    producer.close()
+    looks = _LookPast(store._db)
+    peers = [RawPeer(tower), RawPeer(tower)]  # one answered as a reference consumer is, one in bulk
+    try:
+        for peer, bulk in zip(peers, (False, True)):
+            peer.listen(store.reader_endpoint, bulk=bulk)
+            assert peer.receive(limit=5)[:1] == [proto.StoreHelloMsg(peer.address, store.reader_address)]
+            peer.wait_subscribed(b"\x01F")
+            peer.wait_subscribed(b"\x01G")
+        direct, bulk = peers
+        direct.send(proto.encode(proto.FetchMsg(P, direct.address, "edge", 250, 100)))  # up to the head and past
+        assert direct.receive() == [proto.DirectRecordMsg(direct.address, P, "edge", s, payload(s))
+                                    for s in range(250, 300)]
+        direct.send(proto.encode(proto.FetchMsg(P, direct.address, "edge", 400, 10)))  # beyond the head
+        direct.send(proto.encode(proto.GetHeadsMsg("edge", direct.address)))
+        assert direct.receive() == [proto.DirectHeadMsg(direct.address, P, "edge", 299)]
+        bulk.send(proto.encode(proto.FetchMsg(P, bulk.address, "edge", 0, 1000)))
+        got = [m for m in bulk.receive() if type(m) is proto.DirectRecordsMsg]
+        assert [r for m in got for r in proto.split_contents(m.lengths, m.contents)] == [payload(i) for i in range(300)]
+        assert all(m.stamps and all(t != proto.UNKNOWN_TIME for _, t in m.stamps) for m in got)  # receive times
+        bulk.send(proto.encode(proto.FetchMsg(P, bulk.address, "edge", 400, 10)))
+        bulk.send(proto.encode(proto.GetHeadsMsg("edge", bulk.address)))
+        answers = bulk.receive()
+        assert [type(m) for m in answers] == [proto.DirectPartitionsMsg]
+        assert [(p.tail, p.head) for p in answers[0].partitions] == [(0, 299)]
+    finally:
+        for peer in peers:
+            peer.close()
+    assert looks.past == []
+
+
 def test_retention_by_age_keeps_the_head(make_store, make_producer, tmp_path):
     store = make_store(store__retention__ms=300)
     producer = make_producer("old")

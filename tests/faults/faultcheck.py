@@ -137,6 +137,8 @@ def read_store(path: str | os.PathLike, topic: str | None = None) -> dict[tuple[
                 if msgpack.unpackb(value) != keys.FORMAT_VERSION:
                     raise ValueError(f"format version {value!r}")
                 continue
+            if key == keys.HEADS_END:  # where a listing of heads stops (rfc Appendix A)
+                continue
             parsed = keys.parse_key(key)
             if parsed.tag == keys.HEAD and len(value) != keys.SEQ_BYTES:
                 raise ValueError(f"head key {key!r} holds {len(value)} bytes")
