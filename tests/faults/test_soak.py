@@ -21,4 +21,5 @@ def test_five_minutes_of_steady_work_lose_nothing_and_grow_nothing(tmp_path):
     assert len(rows) >= 28
     assert (tmp_path / "out" / "soak.png").stat().st_size > 10_000
     assert result["spark"].get("rows", 0) > 0, "the Spark query read nothing"
+    assert {"spark", "spark-jvm"} <= set(result["rss_growth"])  # the JVM sampled apart from the Python side
     assert result["failures"] == [], result["failures"]
