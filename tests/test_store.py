@@ -90,6 +90,16 @@ def linked(producer: Producer, *stores: Store) -> None:
              and all(s.stats()["writer_peers"] >= 1 for s in stores), 10, what="discovery")
 
 
+def stored_then_left(store: Store, producer: Producer, n: int, timeout: float = 20.0) -> str:
+    """``producer`` sends ``n`` records (``payload(i)``) that ``store`` acks, then closes; its address."""
+    linked(producer, store)
+    for i in range(n):
+        producer.send(payload(i))
+    producer.flush(timeout)
+    producer.close()
+    return producer.address
+
+
 def read_all(consumer: Consumer, count: int, timeout: float = 30.0) -> list:
     got = []
     deadline = time.monotonic() + timeout
@@ -197,13 +207,7 @@ def test_100k_records_are_stored_and_acked(tower, make_store, make_producer, tmp
 
 def test_consumer_reads_everything_from_the_store_after_the_producer_left(make_store, make_producer, make_consumer):
     store = make_store()
-    producer = make_producer("news")
-    linked(producer, store)
-    for i in range(2_000):
-        producer.send(payload(i))
-    producer.flush(20)
-    address = producer.address
-    producer.close()
+    address = stored_then_left(store, make_producer("news"), 2_000)
     consumer = make_consumer("news")
     got = read_all(consumer, 2_000)
     assert [(r.partition, r.offset) for r in got] == [(address, i) for i in range(2_000)]
@@ -576,13 +580,7 @@ def test_malformed_frames_are_dropped_and_counted(tower, make_store, make_produc
 
 def test_retention_by_bytes_and_a_consumer_resumes_at_the_oldest_kept(make_store, make_producer, make_consumer):
     store = make_store(store__retention__bytes=100 * 100)  # 100 records of 100 bytes
-    producer = make_producer("short")
-    linked(producer, store)
-    for i in range(300):
-        producer.send(payload(i))
-    producer.flush(10)
-    address = producer.address
-    producer.close()
+    address = stored_then_left(store, make_producer("short"), 300)
     wait_for(lambda: store.stats()["retention_deleted"] == 200, 10, what="retention")
     prefix = keys.partition_prefix(keys.RECORD, "short", address)
     wait_for(lambda: store._db.floors.get(prefix) == 200, 5, what="the partition's floor shared with the reader")
@@ -667,13 +665,7 @@ def test_no_read_of_the_store_looks_past_a_partitions_head(tower, make_store, ma
     300,000, /tmp/probe/edge.py), which made a store's answers take seconds once retention deleted.  Reads
     to the head and past it, in both kinds of answer, and head listings, never look beyond the partition."""
     store = make_store()
-    producer = make_producer("edge")
-    linked(producer, store)
-    for i in range(300):
-        producer.send(payload(i))
-    producer.flush(10)
-    P = producer.address
-    producer.close()
+    P = stored_then_left(store, make_producer("edge"), 300)
     looks = _LookPast(store._db)
     peers = [RawPeer(tower), RawPeer(tower)]  # one answered as a reference consumer is, one in bulk
     try:
