@@ -239,15 +239,23 @@ ROLES = {"producer": role_producer, "consumer": role_consumer, "spark": role_spa
 # -- the orchestrator ------------------------------------------------------------------------------
 
 def _proc_tree(pid: int) -> list[int]:
+    """The process and its descendants.  A child is listed under the thread that started it: the JVM starts
+    Spark's Python workers from threads other than its main one (the runs before 2026-11-27 13:50 read only
+    the main thread's list, and sampled Spark without them)."""
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
         out.append(p)
         try:
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                todo.extend(int(c) for c in f.read().split())
+            threads = os.listdir(f"/proc/{p}/task")
         except OSError:
-            pass
+            continue
+        for thread in threads:
+            try:
+                with open(f"/proc/{p}/task/{thread}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+            except OSError:
+                pass
     return out
 
 

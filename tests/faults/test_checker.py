@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 import msgpack
 import plyvel
 import pytest
@@ -122,8 +125,6 @@ def test_the_soak_joins_a_groups_tenures_of_a_partition():
 def test_the_soak_measures_a_database_whose_tables_vanish(tmp_path, monkeypatch):
     """The 60-minute soak of 2026-11-27 died at minute 41 with FileNotFoundError: LevelDB's compaction
     deleted a table between the disk-use sampler's listing of the directory and its stat of that file."""
-    import os
-
     import soak
 
     (tmp_path / "000001.ldb").write_bytes(b"x" * 1000)
@@ -135,3 +136,27 @@ def test_the_soak_measures_a_database_whose_tables_vanish(tmp_path, monkeypatch)
 
     monkeypatch.setattr(os, "walk", walk_with_a_vanished_table)
     assert soak._directory_bytes(str(tmp_path)) == 1000
+
+
+def test_the_soak_samples_children_started_by_any_thread():
+    """Spark's JVM starts its Python workers from threads other than its main one, and a child is listed
+    under the thread that started it: the soak sampled Spark without its workers until 2026-11-27."""
+    import subprocess
+    import sys
+    import time
+
+    import soak
+
+    code = ("import subprocess, threading\n"
+            "t = threading.Thread(target=subprocess.run, args=([sys.executable, '-c', 'import time; time.sleep(30)'],))\n"
+            "t.start(); t.join()")
+    parent = subprocess.Popen([sys.executable, "-c", "import sys\n" + code])
+    try:
+        deadline = time.monotonic() + 10
+        while len(soak._proc_tree(parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(soak._proc_tree(parent.pid)) == 2
+    finally:
+        for pid in soak._proc_tree(parent.pid)[1:]:
+            os.kill(pid, signal.SIGTERM)
+        parent.wait(10)
