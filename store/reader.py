@@ -676,7 +676,7 @@ class Reader(RoleThread):
         if 0 <= newest <= first:
             start = _key(prefix, newest)
         else:
-            floor = _key(prefix, self._shared.floors.get(answer.prefix, 0))  # the stamps below it were deleted
+            floor = _key(prefix, self._from(answer.prefix, 0))  # the stamps below it were deleted
             before = next(db.iterator(start=floor, stop=_key(prefix, first + 1), reverse=True), None)
             start = before[0] if before is not None else floor
         stamps: list[tuple[int, int]] = []
@@ -704,12 +704,11 @@ class Reader(RoleThread):
         what was sent, that the partition holds more than it got: a reference
         consumer FETCHes again only on a HEAD, a DIRECT-HEAD or a gap, and the
         producer may be gone (rfc section 6.7)."""
-        head = self._db.get(keys.HEAD + answer.prefix[1:])
-        if head is None or len(head) != keys.SEQ_BYTES or keys.seq_of(head) < answer.next:
+        head = self._head(answer.prefix)
+        if head < answer.next:
             return
         try:
-            frames = proto.encode(proto.DirectHeadMsg(answer.requester, answer.producer, answer.subject,
-                                                      keys.seq_of(head)))
+            frames = proto.encode(proto.DirectHeadMsg(answer.requester, answer.producer, answer.subject, head))
         except ValueError:
             return
         if self._send_now(frames):
