@@ -220,7 +220,7 @@ class ConsumerState(RecordIntake):
             self._hello(sub.topic)
         elif sub.msg_id == proto.GROUP_MEMBER:
             if self.group is not None and sub.topic in ("", self.group.group):  # a member, or an observer
-                self.group.on_subscription(self.now)
+                self.group.on_subscription(self.now, member=bool(sub.topic))
         elif sub.msg_id == proto.FETCH or not sub.msg_id:
             # A producer (``F<address>``) or a store reader (``F``) has just
             # connected: a FETCH sent before that was lost, send it again now

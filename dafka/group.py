@@ -121,6 +121,7 @@ class GroupState:
         self.out: list[list[bytes]] = []
         self.ready = False  # our view is formed: we read our share
         self.view_from: float | None = None  # when the tower had told us of every live peer
+        self.members_subscribed = 0  # members that subscribed to our heartbeats while we joined
         self.heartbeat_due = now
         self.last_tick = now
         self.malformed = 0  # records of the offsets topic that were not commits
@@ -178,9 +179,14 @@ class GroupState:
         elif self.waiting and not holds >= member.holds:
             self._rebalance(now)  # it released something: perhaps what we wait for
 
-    def on_subscription(self, now: float) -> None:
-        """A member subscribed to our group's heartbeats: it should hear ours now."""
+    def on_subscription(self, now: float, *, member: bool = True) -> None:
+        """A member (or an observer, ``member=False``) subscribed to our group's
+        heartbeats: it should hear ours now.  While we join, a member's
+        subscription also tells us that there is one more member to hear before
+        we read our share, should its heartbeat be slower than ``join_wait``."""
         self.heartbeat_due = now
+        if member and not self.ready:
+            self.members_subscribed += 1
 
     def on_offsets(self, values: list[bytes]) -> None:
         """Records of the offsets topic: commits, kept if higher than known."""
@@ -229,13 +235,15 @@ class GroupState:
                         self.group, self.address, now - self.last_tick)
             self.ready = False
             self.view_from = now
+            self.members_subscribed = 0
             self._revoke_all()
         self.last_tick = now
         if not self.ready:
             if self.view_from is None and peers_replayed:
                 self.view_from = now
             if self.view_from is not None and now >= self.view_from + self.join_wait and (
-                    offsets_loaded or now >= self.view_from + self.timeout):
+                    offsets_loaded and len(self.members) >= self.members_subscribed
+                    or now >= self.view_from + self.timeout):
                 self.ready = True
                 log.info("group %s: member %s reads its share (%d other members)",
                          self.group, self.address, len(self.members))

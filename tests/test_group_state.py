@@ -99,6 +99,32 @@ def test_the_offsets_topic_is_waited_for_at_most_the_timeout():
     assert state.ready
 
 
+def test_a_joining_member_waits_for_the_heartbeat_of_a_member_that_subscribed_to_it():
+    # Two members start together on a loaded machine: B's subscription to A's heartbeats reaches A within
+    # join_wait, B's heartbeat only later.  A must not read every partition alone meanwhile.
+    a, b = member("A"), member("B")
+    for p in partitions(4):
+        a.meet(TOPIC, p, 9, 0.0)
+    a.tick(0.0, peers_replayed=True, offsets_loaded=True)
+    a.on_subscription(0.05)  # B subscribed
+    a.on_subscription(0.06, member=False)  # `dafka status --groups` too: not a member to wait for
+    a.tick(0.3, peers_replayed=True, offsets_loaded=True)
+    assert not a.ready and not a.assigned
+    a.on_member(heartbeat(b), 0.5)
+    a.tick(0.5, peers_replayed=True, offsets_loaded=True)
+    assert a.ready and len(a.assigned) == 2  # its share of two members, not all four
+
+
+def test_a_member_that_subscribed_and_stays_silent_is_waited_for_at_most_the_timeout():
+    a = member("A")
+    a.tick(0.0, peers_replayed=True, offsets_loaded=True)
+    a.on_subscription(0.05)
+    a.tick(TIMEOUT - 0.1, peers_replayed=True, offsets_loaded=True)
+    assert not a.ready
+    a.tick(TIMEOUT, peers_replayed=True, offsets_loaded=True)
+    assert a.ready
+
+
 def test_members_agree_and_no_member_reads_more_than_its_share():
     states = [member(a) for a in "ABC"]
     for s in states:
