@@ -218,7 +218,9 @@ def test_three_members_share_twelve_partitions_and_a_reference_consumer_gets_eve
         assert all(r["topics"] == [TOPIC] for r in rows)
         sent = feed.stop()
         seen = assert_nothing_lost(members, sent)
-        assert max(seen.values()) == 1, "a record came twice without any member dying"
+        assert max(seen.values()) == 1, "a record came twice without any member dying" + "".join(
+            f"\n{m.address[:8]}: {line}" for m in members for line in m.tool.err.data.decode().splitlines()
+            if "WARNING" in line)  # e.g. a member starved for longer than the timeout: at least once (rfc 14.4)
         # Each member printed only what it read while it owned it, and ends owning what it printed last.
         for m in members:
             assert {p for p, _ in m.records()[-PARTITIONS * 10:]} <= m.owned() | set().union(
