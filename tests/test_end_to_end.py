@@ -34,9 +34,10 @@ def consume(consumer: Consumer, expected: int, timeout: float = 60.0) -> dict[st
     return seen
 
 
-def produce(producer: Producer, count: int) -> None:
+def produce(producer: Producer, end: int, first: int = 0) -> None:
+    """Send the records numbered first..end-1, each valued "<producer tag>-<number>"."""
     tag = producer.address[:6]
-    for i in range(count):
+    for i in range(first, end):
         producer.send(f"{tag}-{i}".encode())
 
 
@@ -111,7 +112,18 @@ def test_lossy_link_still_delivers_every_record_once_in_order(fault_name, batche
     try:
         wait_for(lambda: consumer.poll(0.05) is None and len(proxy.b.peers) >= 1 and len(proxy.a.peers) >= 1,
                  10, what="proxy connected to both sides")
-        produce(producer, n)
+        # The proxy knowing both sides is not enough: the consumer's subscription reaches the producer's
+        # PUB through the proxy a moment later (ZeroMQ's slow joiner), and a starved run once sent all n
+        # records before it: every one came by FETCH, none crossed live, and the link was never tested.
+        # Records go one at a time until one crosses the proxy live, then the rest.
+        sent = 0
+        deadline = time.monotonic() + 10
+        while live[0] == 0:
+            assert time.monotonic() < deadline, "no live record crossed the proxy in 10 s"
+            produce(producer, sent + 1, first=sent)
+            sent += 1
+            time.sleep(0.01)
+        produce(producer, n, first=sent)
         seen = consume(consumer, n)
         assert seen == {producer.address: list(range(n))}
         assert proxy.dropped["A>B"] > live[0] * 0.05 and live[0] >= 10  # the link really lost records
