@@ -9,29 +9,35 @@ import time
 import pytest
 
 from helpers import loopback_config, wait_for
-from dafka import Consumer, FlushTimeout, Producer, proto
+from dafka import Consumer, FlushTimeout, Producer, Record, proto
 from dafka.towerd.tower import Tower
 from lossy_proxy import LossyProxy
 
 pytestmark = pytest.mark.slow
 
 
-def consume(consumer: Consumer, expected: int, timeout: float = 60.0) -> dict[str, list[int]]:
-    """Poll until ``expected`` records arrived; offsets per partition in order of delivery."""
-    seen: dict[str, list[int]] = {}
-    got = 0
+def consume(consumer: Consumer, expected: int, timeout: float = 60.0,
+            seen: dict[str, list[int]] | None = None) -> dict[str, list[int]]:
+    """Poll until ``expected`` records arrived in all (``seen`` holds those
+    already delivered); offsets per partition in order of delivery."""
+    seen = {} if seen is None else seen
+    got = sum(map(len, seen.values()))
     deadline = time.monotonic() + timeout
     while got < expected:
         if time.monotonic() > deadline:
             pytest.fail(f"{consumer.address}: {got} of {expected} records after {timeout}s: "
                         f"{ {p: len(o) for p, o in seen.items()} }")
-        record = consumer.poll(0.5)
-        if record is None:
-            continue
-        assert record.value == f"{record.partition[:6]}-{record.offset}".encode()
-        seen.setdefault(record.partition, []).append(record.offset)
-        got += 1
+        got += take(consumer.poll(0.5), seen)
     return seen
+
+
+def take(record: Record[bytes] | None, seen: dict[str, list[int]]) -> int:
+    """Note a delivered record (or none) in ``seen``; how many that was."""
+    if record is None:
+        return 0
+    assert record.value == f"{record.partition[:6]}-{record.offset}".encode()
+    seen.setdefault(record.partition, []).append(record.offset)
+    return 1
 
 
 def produce(producer: Producer, end: int, first: int = 0) -> None:
@@ -112,19 +118,21 @@ def test_lossy_link_still_delivers_every_record_once_in_order(fault_name, batche
     try:
         wait_for(lambda: consumer.poll(0.05) is None and len(proxy.b.peers) >= 1 and len(proxy.a.peers) >= 1,
                  10, what="proxy connected to both sides")
-        # The proxy knowing both sides is not enough: the consumer's subscription reaches the producer's
-        # PUB through the proxy a moment later (ZeroMQ's slow joiner), and a starved run once sent all n
-        # records before it: every one came by FETCH, none crossed live, and the link was never tested.
-        # Records go one at a time until one crosses the proxy live, then the rest.
+        # The proxy knowing both sides is not enough.  The consumer's loop runs in poll(): until a poll has
+        # read its beacon's news, its SUB is not connected to the proxy, no subscription crosses to the
+        # producer, and what the producer sends meanwhile is recovered by FETCH, never live.  A starved run
+        # once sent all n records before, and the link was never tested.  Records therefore go one at a
+        # time, the consumer polled between them, until one crosses the proxy live; then the rest.
+        seen: dict[str, list[int]] = {}
         sent = 0
         deadline = time.monotonic() + 10
         while live[0] == 0:
             assert time.monotonic() < deadline, "no live record crossed the proxy in 10 s"
             produce(producer, sent + 1, first=sent)
             sent += 1
-            time.sleep(0.01)
+            take(consumer.poll(0.01), seen)
         produce(producer, n, first=sent)
-        seen = consume(consumer, n)
+        seen = consume(consumer, n, seen=seen)
         assert seen == {producer.address: list(range(n))}
         assert proxy.dropped["A>B"] > live[0] * 0.05 and live[0] >= 10  # the link really lost records
         assert consumer.poll(0.3) is None
