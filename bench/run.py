@@ -47,6 +47,8 @@ def peak_rss_mib() -> float:
 
 
 ADDRESS = ["127.0.0.1"]  # the roles' beacon/address (--address: a host of the impaired link)
+# The interpreter the Cluster's roles run in: this one, or (--ab) another commit's venv (bench/ab_bench.py).
+PYTHON = [sys.executable]
 
 
 def config(sub: str, pub: str, **extra: object):
@@ -131,7 +133,7 @@ def role_producer(a: argparse.Namespace) -> None:
     from dafka import Producer
 
     phases["import"] = cpu_seconds()
-    extra = {"producer/min_acks": a.min_acks}
+    extra: dict[str, object] = {"producer/min_acks": a.min_acks, **dict(kv.split("=", 1) for kv in a.set or ())}
     if a.hold:
         extra.update({"producer/max_unacked": a.records + 1, "producer/max_unacked_bytes": 1 << 40})
     producer = Producer(a.topic, config(a.sub, a.pub, **extra))
@@ -143,6 +145,8 @@ def role_producer(a: argparse.Namespace) -> None:
     stamp = a.stamp
     send = producer.send
     cpu = phases["ready"] = cpu_seconds()
+    if a.stay:
+        print("sending", flush=True)  # for an orchestrator that acts mid-stream (bench/recovery_bench.py)
     started = time.perf_counter()
     if a.rate:
         interval = 1.0 / a.rate
@@ -185,6 +189,8 @@ def role_producer(a: argparse.Namespace) -> None:
     if a.linger:
         time.sleep(a.linger)  # its I/O thread still sends what send() queued
     emit(result, None if a.rate else cpu, a.records)
+    if a.stay:
+        sys.stdin.readline()  # its loop answers FETCHes until the orchestrator is done with it
     if a.hold:
         _close_quietly(producer)
     else:
@@ -200,46 +206,88 @@ def _close_quietly(producer) -> None:
         pass
 
 
+IDLE_STOP = 10.0  # a consumer role stops after this long without a record, and says what it got
+
+
+class _NoLoss:
+    records_lost = 0
+
+
+def _loss_counter(state):
+    """What counts the records a consumer went past (read without stats()' cost per batch); an older
+    release (bench/ab_bench.py) has no such counter."""
+    return state if hasattr(state, "records_lost") else _NoLoss()
+
+
+class Progress:
+    """What a consumer role has read so far, and where it stood when a SIGCONT
+    resumed it (the recovery scenario stops it mid-stream): the signal handler
+    runs in the main thread between two reads, so the count is at most one
+    batch old."""
+
+    def __init__(self) -> None:
+        import signal
+
+        self.count = 0
+        self.resumed: tuple[float, int, float] | None = None  # (perf_counter, count, CPU seconds)
+        signal.signal(signal.SIGCONT, self._on_resume)
+
+    def _on_resume(self, *_: object) -> None:
+        if self.resumed is None:
+            self.resumed = (time.perf_counter(), self.count, cpu_seconds())
+
+    def result(self, finished: float) -> dict:
+        """The recovery figures: records read after the resume, their rate and CPU per record."""
+        if self.resumed is None:
+            return {}
+        at, count, cpu = self.resumed
+        after = self.count - count
+        return {"recovered": after, "recovery_seconds": finished - at,
+                "recovery_cpu_us": round((cpu_seconds() - cpu) / after * 1e6, 2) if after else None}
+
+
 def role_consumer(a: argparse.Namespace) -> None:
     if a.api == "async":
         role_consumer_async(a)
         return
     from dafka import Consumer
 
+    progress = Progress()
     created = time.monotonic()
     consumer = Consumer(a.topic, config=config(a.sub, a.pub, **{"consumer/offset/reset": a.reset,
                                                                   "consumer/bulk": a.bulk}))
     first = consumer.poll(60)
     if first is None:
-        emit({"received": 0})
+        emit({"received": 0, "complete": False})
         return
     first_at = time.monotonic()
     latencies = []
-    count = 1
+    progress.count = 1
     cpu = cpu_seconds()
     started = time.perf_counter()
     stamp = a.stamp
+    state = _loss_counter(consumer._state)
     if a.api == "poll":
         poll = consumer.poll
-        while count < a.records:
-            record = poll(10)
+        while progress.count + state.records_lost < a.records:
+            record = poll(IDLE_STOP)
             if record is None:
                 break
-            count += 1
+            progress.count += 1
             if stamp and record.offset % STAMP_EVERY == 0:
                 latencies.append(time.monotonic_ns() - int.from_bytes(record.value[:8], "big"))
     else:
         consume = consumer.consume
-        while count < a.records:
-            batch = consume(1000, 10)
+        while progress.count + state.records_lost < a.records:
+            batch = consume(1000, IDLE_STOP)
             if not batch:
                 break
-            count += len(batch)
+            progress.count += len(batch)
             if stamp:
                 now = time.monotonic_ns()
                 latencies.extend(now - int.from_bytes(r.value[:8], "big") for r in batch
                                  if r.offset % STAMP_EVERY == 0 and r.offset >= a.latency_from)
-    emit_consumer_result(count, started, time.perf_counter(), first_at - created, latencies, cpu)
+    emit_consumer_result(a, progress, started, first_at - created, latencies, cpu, consumer)
     consumer.close()
 
 
@@ -249,6 +297,8 @@ def role_consumer_async(a: argparse.Namespace) -> None:
 
     from dafka.aio import AsyncConsumer
 
+    progress = Progress()
+
     async def run() -> None:
         created = time.monotonic()
         settings = config(a.sub, a.pub, **{"consumer/offset/reset": a.reset, "consumer/bulk": a.bulk})
@@ -256,29 +306,44 @@ def role_consumer_async(a: argparse.Namespace) -> None:
             try:
                 await asyncio.wait_for(consumer.getone(), 60)
             except TimeoutError:
-                emit({"received": 0})
+                emit({"received": 0, "complete": False})
                 return
             first_at = time.monotonic()
             latencies = []
-            count = 1
+            progress.count = 1
             cpu = cpu_seconds()
             started = time.perf_counter()
             stamp, records = a.stamp, a.records
-            async for record in consumer:
-                count += 1
-                if stamp and record.offset % STAMP_EVERY == 0:
-                    latencies.append(time.monotonic_ns() - int.from_bytes(record.value[:8], "big"))
-                if count >= records:
-                    break
-            emit_consumer_result(count, started, time.perf_counter(), first_at - created, latencies, cpu)
+            state = _loss_counter(consumer._consumer._state)
+
+            async def read() -> None:
+                async for record in consumer:
+                    progress.count += 1
+                    if stamp and record.offset % STAMP_EVERY == 0:
+                        latencies.append(time.monotonic_ns() - int.from_bytes(record.value[:8], "big"))
+                    if progress.count + state.records_lost >= records:
+                        return
+
+            while progress.count + state.records_lost < records:  # async for, stopped after IDLE_STOP without a record
+                before = progress.count
+                try:
+                    await asyncio.wait_for(read(), IDLE_STOP)
+                except TimeoutError:
+                    if progress.count == before:
+                        break
+            emit_consumer_result(a, progress, started, first_at - created, latencies, cpu, consumer)
 
     asyncio.run(run())
 
 
-def emit_consumer_result(count: int, started: float, finished: float, first_record: float, latencies: list,
-                         cpu: float) -> None:
-    result = {"received": count, "seconds": finished - started, "first_record_ms": first_record * 1000,
-              "started": started, "finished": finished}
+def emit_consumer_result(a: argparse.Namespace, progress: Progress, started: float, first_record: float,
+                         latencies: list, cpu: float, consumer) -> None:
+    finished = time.perf_counter()
+    stats = consumer.stats()
+    count, lost = progress.count, stats.get("records_lost", 0)
+    result = {"received": count, "lost": lost, "complete": count + lost >= a.records,
+              "seconds": finished - started, "first_record_ms": first_record * 1000, "started": started,
+              "finished": finished, "fetches": stats["fetches_sent"], **progress.result(finished)}
     if latencies:
         latencies.sort()
         result["p50_ms"] = latencies[len(latencies) // 2] / 1e6
@@ -375,7 +440,7 @@ class Cluster:
         self.procs: list[subprocess.Popen] = []
 
     def spawn(self, role: str, *args: str, stdin: bool = False) -> subprocess.Popen:
-        cmd = [sys.executable, str(HERE), "--role", role, "--sub", self.tower.sub_endpoint,
+        cmd = [PYTHON[0], str(HERE), "--role", role, "--sub", self.tower.sub_endpoint,
                "--pub", self.tower.pub_endpoint, *args]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.PIPE if stdin else None, text=True)
         self.procs.append(proc)
@@ -402,11 +467,21 @@ class Cluster:
         self.tower.stop()
 
 
+class ScenarioFailed(RuntimeError):
+    """A role of a scenario timed out or printed no result: the scenario is reported as such, the run goes on."""
+
+
 def result_of(proc: subprocess.Popen, timeout: float = 900) -> dict:
-    out, _ = proc.communicate(timeout=timeout)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        role = proc.args[proc.args.index("--role") + 1] if "--role" in proc.args else proc.args
+        raise ScenarioFailed(f"the {role} role did not finish in {timeout:.0f} s; it printed: {(out or '').strip()[-300:]!r}")
     lines = [line for line in out.splitlines() if line.startswith("{")]
     if not lines:
-        raise RuntimeError(f"benchmark process {proc.args} printed no result (exit {proc.returncode})")
+        raise ScenarioFailed(f"benchmark process {proc.args} printed no result (exit {proc.returncode})")
     return json.loads(lines[-1])
 
 
@@ -422,6 +497,32 @@ def ceiling(records: int, size: int) -> dict:
             "cpu_us": {"sender": p.get("cpu_us"), "receiver": r.get("cpu_us")}}
 
 
+def holding(records: int, size: int) -> list[str]:
+    """Producer settings whose no-store ring holds a whole run: a consumer that
+    falls behind can always fetch what it missed, so the rate measures it,
+    not the ring's size (which a bench row that loses records would not say)."""
+    return ["--set", f"producer/max_unacked={records + 1}", "--set", f"producer/max_unacked_bytes={records * (size + 64)}"]
+
+
+def stop_stayer(proc: subprocess.Popen, timeout: float = 60) -> dict:
+    """The result of a role started with --stay, after telling it to go."""
+    try:
+        proc.stdin.write("stop\n")
+        proc.stdin.flush()
+    except BrokenPipeError:
+        pass  # it ended already
+    return result_of(proc, timeout)
+
+
+def consumer_row(r: dict) -> dict:
+    """A consumer role's figures; a run that did not deliver every record says so."""
+    out = {"rate": r["received"] / r["seconds"] if r.get("seconds") else 0.0, "received": r["received"],
+           "p50_ms": r.get("p50_ms"), "p99_ms": r.get("p99_ms")}
+    if not r.get("complete", True):
+        out["incomplete"] = f"received {r['received']:,}, lost {r.get('lost', 0):,}, then nothing for {IDLE_STOP:.0f} s"
+    return out
+
+
 def scenario_direct(records: int, size: int, api: str = "consume") -> dict:
     c = Cluster()
     try:
@@ -429,11 +530,10 @@ def scenario_direct(records: int, size: int, api: str = "consume") -> dict:
                            "--reset", "earliest", "--api", api)
         time.sleep(0.5)
         producer = c.spawn("producer", "--records", str(records), "--size", str(size), "--stamp",
-                           "--min-acks", "0", "--linger", "3")
+                           "--min-acks", "0", "--stay", *holding(records, size), stdin=True)
         r = result_of(consumer)
-        p = result_of(producer)
-        return {"rate": r["received"] / r["seconds"], "received": r["received"], "p50_ms": r.get("p50_ms"),
-                "p99_ms": r.get("p99_ms"), "send_rate": records / p["send_seconds"],
+        p = stop_stayer(producer)
+        return {**consumer_row(r), "send_rate": records / p["send_seconds"],
                 "rss_mib": {"producer": p["rss_mib"], "consumer": r["rss_mib"]},
                 "cpu_us": {"producer": p.get("cpu_us"), "consumer": r.get("cpu_us")}}
     finally:
@@ -833,6 +933,24 @@ def scenario_mirror(a: argparse.Namespace) -> dict:
     return mirror_bench.run_all(sys.modules[__name__], records, sizes, catchup, a.mirror_lag_seconds)
 
 
+def scenario_recovery(records: int, size: int, api: str) -> dict:
+    """bench/recovery_bench.py: a consumer stopped 2 s mid-stream, and how fast it recovers."""
+    if str(HERE.parent) not in sys.path:
+        sys.path.insert(0, str(HERE.parent))
+    import recovery_bench
+
+    return recovery_bench.scenario_recovery(sys.modules[__name__], records, size, api)
+
+
+def guarded(scenario, *args, **kwargs) -> dict:
+    """Run a scenario; one that does not finish is reported as such (``error``), and the run goes on."""
+    try:
+        return scenario(*args, **kwargs)
+    except ScenarioFailed as exc:
+        print(f"{scenario.__name__}{args}: did not finish: {exc}", file=sys.stderr, flush=True)
+        return {"error": str(exc)}
+
+
 def scenario_scale(a: argparse.Namespace) -> dict:
     """bench/scale_bench.py: discovery's cost against the number of peers."""
     if str(HERE.parent) not in sys.path:
@@ -1073,10 +1191,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--skip", default="",
-                    help="comma-separated scenarios to skip (store, bulk, partitions, groups, idle, hold, spark, cdc, "
-                         "mirror, burst, scale)")
+                    help="comma-separated scenarios to skip (recovery, store, bulk, partitions, groups, idle, hold, "
+                         "spark, cdc, mirror, burst, scale)")
     ap.add_argument("--only", choices=("cdc", "mirror", "burst", "scale"),
                     help="run only this scenario (burst measures its own ceiling)")
+    ap.add_argument("--ab", nargs="?", const="v0.2.0", metavar="REV",
+                    help="same-run A/B: this checkout against REV (default: the last release, v0.2.0) in "
+                         "alternation, the ratio of every figure (bench/ab_bench.py)")
+    ap.add_argument("--ab-rounds", type=int, default=3, help="rounds of each side in an A/B run")
+    ap.add_argument("--ab-scenarios", default="live,store,recovery",
+                    help="scenarios of an A/B run, comma-separated: live, store, recovery")
     ap.add_argument("--mirror-records", type=int, help="records of each mirror throughput run (default --records)")
     ap.add_argument("--mirror-catchup-records", type=int,
                     help="records the mirror catches up on after a stop (default --catchup-records; 0: none)")
@@ -1095,7 +1219,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pub")
     ap.add_argument("--endpoint")
     ap.add_argument("--db")
-    ap.add_argument("--set", action="append", metavar="KEY=VALUE", help="store role: a config key")
+    ap.add_argument("--set", action="append", metavar="KEY=VALUE", help="store and producer roles: a config key (repeatable)")
     ap.add_argument("--reset", default="earliest")
     ap.add_argument("--address", default="127.0.0.1", help="the roles' beacon/address and bind address")
     ap.add_argument("--latency-from", type=int, default=0, help="consumer role: sample latency from this offset on")
@@ -1111,6 +1235,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wait-peers", type=int, default=0, help="producer role: wait until the towers report this many peers")
     ap.add_argument("--partitions", default="1,8,32,128", help="producer counts of the many-partitions scenario")
     ap.add_argument("--linger", type=float, default=0.0)
+    ap.add_argument("--stay", action="store_true", help="producer role: after its result, stay until a line on stdin")
     ap.add_argument("--idle-stop", type=float, default=2.0, help="group-member role: stop after this long without records")
     ap.add_argument("--group-members", default="1,2,4", help="member counts of the consumer group scenario")
     a = ap.parse_args(argv)
@@ -1119,6 +1244,15 @@ def main(argv: list[str] | None = None) -> int:
         ROLES[a.role](a)
         return 0
 
+    if a.ab:
+        sys.path.insert(0, str(HERE.parent))
+        import ab_bench
+
+        results = ab_bench.run_ab(sys.modules[__name__], a.ab, a.ab_rounds, [int(s) for s in a.sizes.split(",")],
+                                  a.records, a.ab_scenarios.split(","))
+        if a.json:
+            Path(a.json).write_text(json.dumps(results, indent=2))
+        return 0
     skip = set(filter(None, a.skip.split(",")))
     if a.burst_records is None:
         a.burst_records = a.catchup_records * 10
@@ -1138,13 +1272,16 @@ def main(argv: list[str] | None = None) -> int:
     for size in sizes:
         run: dict = {}
         run["ceiling"] = ceiling(a.records, size)
-        run["direct"] = scenario_direct(a.records, size)
-        run["direct_async"] = scenario_direct(a.records, size, api="async")  # next to consume(): less drift
-        run["direct_poll"] = scenario_direct(a.records, size, api="poll")
-        run["paced"] = scenario_paced_latency(min(a.records, 20_000), size, 10_000)
+        run["direct"] = guarded(scenario_direct, a.records, size)
+        run["direct_async"] = guarded(scenario_direct, a.records, size, api="async")  # next to consume(): less drift
+        run["direct_poll"] = guarded(scenario_direct, a.records, size, api="poll")
+        if "recovery" not in skip:
+            for api in ("consume", "async"):
+                run[f"recovery_{api}"] = guarded(scenario_recovery, a.records, size, api)
+        run["paced"] = guarded(scenario_paced_latency, min(a.records, 20_000), size, 10_000)
         if "store" not in skip and store_available():
-            run["store"] = scenario_store(a.records, size, with_consumer=False)
-            run["store_consumer"] = scenario_store(a.records, size, with_consumer=True)
+            run["store"] = guarded(scenario_store, a.records, size, with_consumer=False)
+            run["store_consumer"] = guarded(scenario_store, a.records, size, with_consumer=True)
         results["runs"][size] = run
         print_table(size, run)
     if "store" not in skip and "bulk" not in skip and store_available():
@@ -1262,33 +1399,49 @@ def vs_consume(rate: float, consume_rate: float, cpu: float | None, consume_cpu:
 def print_table(size: int, run: dict) -> None:
     ceiling_rate = run["ceiling"]["rate"]
     rows = [("raw pyzmq PUB/SUB ceiling", fmt_rate(ceiling_rate, ceiling_rate), fmt_cpu(run["ceiling"]["cpu_us"]))]
+
+    def add(name: str, r: dict, rate: float | None, note: str) -> None:
+        """A row, or what stopped it: a scenario that did not finish, or one that delivered less."""
+        if "error" in r:
+            rows.append((name, "did not finish", r["error"]))
+        else:
+            rows.append((name, fmt_rate(rate, ceiling_rate), f"{r['incomplete']}; {note}" if r.get("incomplete") else note))
+
     d = run["direct"]
-    rows.append(("producer -> consumer (consume())", fmt_rate(d["rate"], ceiling_rate),
-                 f"p50 {d['p50_ms']:.1f} ms, p99 {d['p99_ms']:.1f} ms at full load" if d.get("p50_ms") else ""))
-    rows.append(("  producer send()", fmt_rate(d["send_rate"], ceiling_rate), fmt_cpu(d["cpu_us"])))
+    add("producer -> consumer (consume())", d, d.get("rate"),
+        f"p50 {d['p50_ms']:.1f} ms, p99 {d['p99_ms']:.1f} ms at full load" if d.get("p50_ms") else "")
+    if "error" not in d:
+        rows.append(("  producer send()", fmt_rate(d["send_rate"], ceiling_rate), fmt_cpu(d["cpu_us"])))
     dp = run["direct_poll"]
-    rows.append(("  ... read with poll() per record", fmt_rate(dp["rate"], ceiling_rate), fmt_cpu(dp["cpu_us"])))
+    add("  ... read with poll() per record", dp, dp.get("rate"), fmt_cpu(dp.get("cpu_us", {})))
     da = run["direct_async"]
-    rows.append(("  ... read with dafka.aio async for", fmt_rate(da["rate"], ceiling_rate),
-                 vs_consume(da["rate"], d["rate"], da["cpu_us"]["consumer"], d["cpu_us"]["consumer"])))
+    add("  ... read with dafka.aio async for", da, da.get("rate"),
+        vs_consume(da["rate"], d["rate"], da["cpu_us"]["consumer"], d["cpu_us"]["consumer"])
+        if "error" not in da and "error" not in d else "")
+    for api, label in (("consume", "consume()"), ("async", "dafka.aio async for")):
+        r = run.get(f"recovery_{api}")
+        if r is not None:
+            add(f"consumer stopped 2 s, recovers ({label})", r, r.get("rate"),
+                fmt_cpu(r.get("cpu_us", {})) + (f"; steady consumer {r['steady']['rate']:,.0f}/s" if "steady" in r else ""))
     p = run["paced"]
     if p.get("p50_ms") is not None:
         rows.append(("latency at 10,000 rec/s", "", f"p50 {p['p50_ms']:.2f} ms, p99 {p['p99_ms']:.2f} ms"))
     if "store" in run:
         s = run["store"]
-        rows.append(("producer -> store, acked", fmt_rate(s["ack_rate"], ceiling_rate), fmt_cpu(s["cpu_us"])))
+        add("producer -> store, acked", s, s.get("ack_rate"), fmt_cpu(s.get("cpu_us", {})))
         sc = run["store_consumer"]
-        rows.append(("producer -> consumer, store running", fmt_rate(sc.get("rate"), ceiling_rate),
-                     fmt_cpu(sc["cpu_us"])))
-        rows.append(("consumer catch-up from store", fmt_rate(s["catchup_rate"], ceiling_rate),
-                     f"{s['catchup_received']:,} records"))
-        rows.append(("  ... read with dafka.aio async for", fmt_rate(s["catchup_async_rate"], ceiling_rate),
-                     vs_consume(s["catchup_async_rate"], s["catchup_rate"], s["catchup_async_cpu_us"],
-                                s["cpu_us"]["catchup consumer"])))
-        if s.get("first_record_from_store_ms") is not None:
-            rows.append(("start to first record (store only)", "", f"{s['first_record_from_store_ms']:.1f} ms"))
-        rows.append(("peak RSS (MiB)", "", ", ".join(f"{k} {v:.0f}" for k, v in s["rss_mib"].items())))
-    rows.append(("peak RSS direct (MiB)", "", ", ".join(f"{k} {v:.0f}" for k, v in d["rss_mib"].items())))
+        add("producer -> consumer, store running", sc, sc.get("rate"), fmt_cpu(sc.get("cpu_us", {})))
+        if "error" not in s:
+            rows.append(("consumer catch-up from store", fmt_rate(s["catchup_rate"], ceiling_rate),
+                         f"{s['catchup_received']:,} records"))
+            rows.append(("  ... read with dafka.aio async for", fmt_rate(s["catchup_async_rate"], ceiling_rate),
+                         vs_consume(s["catchup_async_rate"], s["catchup_rate"], s["catchup_async_cpu_us"],
+                                    s["cpu_us"]["catchup consumer"])))
+            if s.get("first_record_from_store_ms") is not None:
+                rows.append(("start to first record (store only)", "", f"{s['first_record_from_store_ms']:.1f} ms"))
+            rows.append(("peak RSS (MiB)", "", ", ".join(f"{k} {v:.0f}" for k, v in s["rss_mib"].items())))
+    if "error" not in d:
+        rows.append(("peak RSS direct (MiB)", "", ", ".join(f"{k} {v:.0f}" for k, v in d["rss_mib"].items())))
     print(f"\n== {size}-byte records ==")
     for name, rate, note in rows:
         print(f"{name:<38} {rate:<28} {note}")

@@ -140,6 +140,10 @@ class Consumer(Generic[V]):
         self._xpub.linger = 0
         self._sub = self._ctx.socket(zmq.SUB)
         self._sub.rcvhwm = queue_messages(c["consumer/receive_bytes"], c["consumer/high_watermark"])
+        self._backlog = 0  # messages read since the receive queue was last found empty
+        # libzmq takes a pipe for full once its reader is between half its high-water mark and all of it
+        # behind (the reader gives credit back every half): a backlog of that size may have overflowed.
+        self._full_queue = max(1, self._sub.rcvhwm // 2)
         self._sub.linger = 0
         for prefix in self._state.own_subscriptions():
             self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
@@ -342,12 +346,13 @@ class Consumer(Generic[V]):
             "partitions": len(self._state.partitions),
             "ready": len(self._state.ready),
             "malformed": self._state.malformed,
-            "skipped": self._state.skipped,
+            "records_lost": self._state.records_lost,
             "peers": len(self._links),
             "heads_asked": self._state.heads_asked,
             "delivered": self._state.delivered,
             "delivered_bytes": self._state.delivered_bytes,
             "fetches_sent": self._state.fetches_sent,
+            "probes": self._state.probes,
             **(self._group.stats() if self._group is not None else {}),
         }
 
@@ -446,8 +451,17 @@ class Consumer(Generic[V]):
         state = self._state
         state.now = time.monotonic()
         ready = state.ready
-        while drain_records(sock, DRAIN_STEP, state) == DRAIN_STEP and len(ready) < DRAIN:
-            pass
+        while True:
+            read = drain_records(sock, DRAIN_STEP, state)
+            self._backlog += read
+            if read < DRAIN_STEP:  # the queue is empty
+                if self._backlog >= self._full_queue:
+                    # It was full: senders dropped what came next, and maybe no later message shows it.
+                    state.probe()
+                self._backlog = 0
+                return
+            if len(ready) >= DRAIN:
+                return
 
     def _on_subscriptions(self, sock: zmq.Socket[Any]) -> None:
         while True:

@@ -8,7 +8,9 @@ Beyond the reference: subscriptions are exact; out-of-order records inside
 the fetched window are kept (bounded) instead of dropped; an unanswered FETCH
 is repeated after ``fetch_retry`` seconds so that a lost request or answer
 never stalls a partition; DIRECT-TAIL from a store with retention moves a
-partition past deleted records.
+partition past records that nobody holds any more: deleted by a store's
+retention, or let go by a producer in no-store mode (counted in
+``records_lost``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ GAP_RETRY = 0.2
 class Partition:
     __slots__ = ("topic", "address", "next", "head", "pending", "fetch_seq", "fetch_end", "fetched_at",
                  "seen_next", "progress_at", "record_size", "window_from", "window_bytes", "watched_next",
-                 "sink")
+                 "sink", "probing")
 
     def __init__(self, topic: str, address: str, next_offset: int, sink: deque[Record[bytes]]) -> None:
         self.sink = sink  # where its records are delivered: the ready queue, or an internal topic's own
@@ -55,6 +57,7 @@ class Partition:
         self.window_from = next_offset  # ``next`` when the last FETCH went out...
         self.window_bytes = 0  # ...and the content bytes delivered since, below the head
         self.watched_next = -1  # ``next`` at the tail watch's last round
+        self.probing = False  # ask past the known head whenever caught up (ConsumerState.probe)
 
     def forget_fetch(self) -> None:
         """Make the next :meth:`ConsumerState._request` go out whatever was asked before."""
@@ -95,11 +98,13 @@ class ConsumerState(RecordIntake):
         self.out: list[list[bytes]] = []
         self.ready: deque[Record[bytes]] = deque()
         self.awaiting: set[Partition] = set()  # partitions that lack records known to exist: tick() looks at them
-        self.skipped = 0
+        self.records_lost = 0  # offsets passed over after a DIRECT-TAIL: nobody held them any more
         self.now = 0.0
         self.delivered = 0  # records put in the ready queue (counters for metrics)
         self.delivered_bytes = 0
         self.fetches_sent = 0
+        self.probes = 0  # FETCHes past the known head after the receive queue was full
+        self.probed_at = float("-inf")
         # The tail watch (rfc 8.5): while a partition's producer is not among the peers we are
         # connected to, nothing tells us of records that came after its last HEAD that reached us.
         self.live: set[str] = set()  # addresses of the peers we are connected to
@@ -465,17 +470,21 @@ class ConsumerState(RecordIntake):
                 nxt += 1
             self.delivered += nxt - p.next
             p.next = nxt
-        if p.head >= p.next and p.next >= p.fetch_end:
-            self._request(p)
+        if p.next >= p.fetch_end:
+            if p.head >= p.next:
+                self._request(p)
+            elif p.probing:
+                self._probe(p)  # caught up after a full queue, or a probe's window came back full: there may be more
 
     def _on_tail(self, p: Partition, oldest: int) -> None:
         if oldest <= p.next:
             return
         log.warning(
-            "consumer %s: %s/%s records %d..%d were deleted by store retention; resuming at %d",
-            self.address, p.topic, p.address, p.next, oldest - 1, oldest,
+            "consumer %s: %s/%s records %d..%d are held by nobody any more (deleted by a store's retention, or "
+            "let go by a producer without stores); %d lost, resuming at %d",
+            self.address, p.topic, p.address, p.next, oldest - 1, oldest - p.next, oldest,
         )
-        self.skipped += oldest - p.next
+        self.records_lost += oldest - p.next
         p.next = p.window_from = oldest
         p.window_bytes = 0
         for stale in [s for s in p.pending if s < oldest]:
@@ -505,6 +514,33 @@ class ConsumerState(RecordIntake):
         p.fetch_seq = p.next
         p.fetch_end = p.next + count
         p.fetched_at = self.now
+
+    def probe(self) -> None:
+        """The receive queue was full: its senders dropped what came after it
+        (PUB semantics), and when that was the end of a burst no later record
+        shows the gap, only the producer's next HEAD, up to a
+        ``producer/head_interval`` later.  So every partition that looks
+        caught up asks at once for a window past its position, and every
+        other one once it has caught up, again while windows come back full:
+        the producer and the stores answer what they hold, and nothing when
+        there is nothing (rfc 8.5, "Full queue").  At most once per :data:`GAP_RETRY`."""
+        if self.now - self.probed_at < GAP_RETRY:
+            return
+        self.probed_at = self.now
+        for p in self.partitions.values():
+            if p.head < p.next:
+                self._probe(p)
+            else:
+                p.probing = True  # asks past its head once it has caught up
+
+    def _probe(self, p: Partition) -> None:
+        count = min(FETCH_CHUNK, fetch_window(self.fetch_max_bytes, p.record_size, self.bulk))
+        self.out.append(proto.encode(proto.FetchMsg(p.address, self.address, p.topic, p.next, count)))
+        self.fetches_sent += 1
+        self.probes += 1
+        p.fetch_seq, p.fetch_end, p.fetched_at = p.next, p.next + count, self.now
+        p.window_from, p.window_bytes = p.next, 0
+        p.probing = True
 
     def tick(self, now: float) -> None:
         """Advance time; repeat a FETCH only when its partition has made no

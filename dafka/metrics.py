@@ -41,6 +41,8 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dafka_acks_sent": ("counter", "ACKs a store sent", ()),
     "dafka_records_delivered": ("counter", "records a consumer took in, in order, once each", ()),
     "dafka_delivered_bytes": ("counter", "record content bytes a consumer took in", ()),
+    "dafka_records_lost": ("counter", "offsets a consumer went past because nobody held them any more "
+                           "(a store's retention, or a producer without stores that let them go)", ()),
     "dafka_records_answered": ("counter", "records sent in answer to FETCHes", ()),
     "dafka_answered_bytes": ("counter", "bytes of FETCH answers sent, framing included", ()),
     "dafka_fetches_received": ("counter", "FETCHes received", ()),
@@ -190,6 +192,7 @@ def _consumer(consumer: Any, families: _Families, cap: int) -> None:
     base = {"role": "consumer", "peer": consumer.address}
     families.add("dafka_records_delivered", base, stats["delivered"])
     families.add("dafka_delivered_bytes", base, stats["delivered_bytes"])
+    families.add("dafka_records_lost", base, stats["records_lost"])
     families.add("dafka_fetches_sent", base, stats["fetches_sent"])
     families.add("dafka_malformed_frames", base, stats["malformed"])
     families.add("dafka_live_peers", base, stats["peers"])

@@ -431,6 +431,7 @@ class Producer(Generic[V]):
                 "sent_bytes": s.published_bytes,
                 "fetches_received": s.fetches_received,
                 "records_answered": s.records_answered,
+                "tails_sent": s.tails_sent,  # DIRECT-TAILs: asked for records let go that no store held
                 "bytes_answered": s.ledger.bytes_sent,
                 "inflight_bytes": s.ledger.total(),
                 "batches_sent": s.batches_sent,
@@ -540,20 +541,50 @@ class Producer(Generic[V]):
     # -- the loop thread ----------------------------------------------------
 
     def _run(self) -> None:
+        backoff = 0.0  # while answers meet full queues and none go out: the wait before the next try
         try:
             while not self._stopping.is_set():
-                self._loop.run_once(0.0 if self._state.can_answer() else None)
+                self._loop.run_once(backoff if self._state.can_answer() else None)
                 if self._state.answering:
                     with self._lock:
-                        pub = self._pub
-                        for frames in self._state.fetch_answers():
-                            for frame in frames[:-1]:
-                                _raw_send(pub, frame, zmq.SNDMORE)
-                            last = frames[-1]
-                            _raw_send(pub, last, 0, len(last) < ZERO_COPY_BYTES)
+                        sent = self._send_answers()
+                    backoff = 0.0 if sent or not self._state.refused else min(max(2 * backoff, 0.001), 0.05)
         except Exception:
             log.exception("producer %s loop failed", self.address)
             raise
+
+    def _send_answers(self) -> int:
+        """One round of FETCH answers (with the lock held); returns how many
+        messages went out.  The data socket drops nothing while it sends
+        them (``XPUB_NODROP``): a message that finds its requester's queue
+        full is refused, and its answer waits for a later round, where a
+        dropped one would have been charged to the requester's budget for
+        good (rfc 6.7).  Live records keep PUB's semantics, dropped for a
+        full queue, so that one slow subscriber never holds back the rest."""
+        pub = self._pub
+        answers = self._state.fetch_answers()
+        sent = 0
+        pub.setsockopt(zmq.XPUB_NODROP, 1)
+        try:
+            frames = next(answers)
+            while True:
+                try:
+                    _raw_send(pub, frames[0], zmq.SNDMORE | zmq.NOBLOCK if len(frames) > 1 else zmq.NOBLOCK)
+                except zmq.Again:
+                    frames = answers.send(False)
+                    continue
+                for frame in frames[1:-1]:
+                    _raw_send(pub, frame, zmq.SNDMORE)
+                if len(frames) > 1:
+                    last = frames[-1]
+                    _raw_send(pub, last, 0, len(last) < ZERO_COPY_BYTES)
+                sent += 1
+                frames = answers.send(True)
+        except StopIteration:
+            pass
+        finally:
+            pub.setsockopt(zmq.XPUB_NODROP, 0)
+        return sent
 
     def _on_head_timer(self) -> None:
         if self._resumable and self._resume is None:  # (while resuming, the probe waits twins out)

@@ -14,7 +14,10 @@ Unlike the reference:
   requester replaces its answer in progress, and each requester may have at
   most ``fetch_inflight_bytes`` of answers in flight (:mod:`dafka.inflight`);
 * ``min_acks = 0`` keeps the newest ``max_unacked`` records in a ring for
-  FETCH answers but never holds ``send`` back.
+  FETCH answers but never holds ``send`` back;
+* a FETCH for records that the producer let go and that no store ever ACKed
+  gets a DIRECT-TAIL (rfc 6.3): nobody holds them any more, and a dafka-py
+  consumer goes on past them instead of asking for ever.
 """
 
 from __future__ import annotations
@@ -59,6 +62,10 @@ class ProducerState:
         self.held_peak = 0  # the most unacked bytes held (seen at ACKs) since the last trim
         self.trim_due = False
         self.store_acks: dict[str, int] = {}
+        # The highest sequence any store ever ACKed (kept when the store goes): every record up to it was
+        # held by a store, whose reader answers for it; above it, what the producer let go is lost.
+        self.stored = -1
+        self.tails_sent = 0
         self.malformed = 0
         self.published_bytes = 0
         self.fetches_received = 0
@@ -76,6 +83,8 @@ class ProducerState:
         self._records_prefix = proto.record_prefix(proto.RECORDS, topic, address, topic)
         # FETCH answers in progress, one per requester, served in turn: requester -> [next, end]
         self._answers: dict[str, list[int]] = {}
+        self._tails: list[list[bytes]] = []  # DIRECT-TAILs to send before the answers
+        self.refused = False  # the last round of answers met a requester's full queue
         self._turns: deque[str] = deque()
 
     # -- publishing ---------------------------------------------------------
@@ -158,7 +167,7 @@ class ProducerState:
         if self.next_seq:
             raise RuntimeError("a producer resumes its partition before its first record")
         self.next_seq = self.base = head + 1
-        self.released = head
+        self.released = self.stored = head
 
     def record_frame(self, seq: int) -> bytes:
         """Frame 1 of the RECORD of published record ``seq``."""
@@ -186,10 +195,14 @@ class ProducerState:
 
     def on_ack(self, store: str, msg: proto.AckMsg) -> bool:
         """An ACK from ``store``; True if more records were released."""
-        if msg.subject != self.topic or msg.topic != self.address or self.min_acks == 0:
+        if msg.subject != self.topic or msg.topic != self.address:
             return False
         if msg.sequence >= self.next_seq:
             self.malformed += 1  # an ACK for a record we never published
+            return False
+        if msg.sequence > self.stored:
+            self.stored = msg.sequence
+        if self.min_acks == 0:
             return False
         if msg.sequence <= self.store_acks.get(store, -1):
             return False
@@ -232,6 +245,10 @@ class ProducerState:
         requester = msg.address
         self.fetches_received += 1
         self.ledger.received_below(requester, self.topic, msg.sequence)
+        if self.stored < msg.sequence < self.base:
+            # Let go, and no store ever held it: only dafka-py peers subscribe to DIRECT-TAIL (``T``).
+            self._tails.append([proto.encode(proto.DirectTailMsg(requester, self.address, self.topic, self.base))[0]])
+            self.tails_sent += 1
         start = max(msg.sequence, self.base)
         end = min(msg.sequence + msg.count, self.next_seq)
         if start >= end:
@@ -272,20 +289,36 @@ class ProducerState:
 
     @property
     def answering(self) -> bool:
-        return bool(self._answers)
+        return bool(self._answers or self._tails)
 
     def can_answer(self) -> bool:
-        """Whether :meth:`fetch_answers` would send something now: an answer
-        whose requester has room in its budget (the others wait for a FETCH,
-        which wakes the loop)."""
+        """Whether :meth:`fetch_answers` would send something now: a
+        DIRECT-TAIL, or an answer whose requester has room in its budget (the
+        others wait for a FETCH, which wakes the loop)."""
         room = self.ledger.room
-        return any(room(requester) > 0 for requester in self._answers)
+        return bool(self._tails) or any(room(requester) > 0 for requester in self._answers)
 
-    def fetch_answers(self, budget: int = FETCH_SLICE) -> Iterator[list[bytes]]:
+    def fetch_answers(self, budget: int = FETCH_SLICE) -> Generator[list[bytes], bool | None, None]:
         """The frames of up to ``budget`` records' answers (DIRECT-RECORD, or
         DIRECT-RECORDS for a requester that reads them), taking the
         requesters in turn; a requester whose in-flight budget is spent waits
-        for its next FETCH."""
+        for its next FETCH.  DIRECT-TAILs go first, ahead of the records they
+        precede.
+
+        The caller sends each message it is given and says ``False``
+        (``generator.send(False)``) for one it could not send because the
+        requester's queue is full: that requester's answer stops there for
+        this round and goes on from that message in a later one, and
+        :attr:`refused` says so.  An answer is never dropped on the way: it
+        would otherwise be charged to the requester's budget for good (rfc
+        6.7, "Full queues")."""
+        self.refused = False
+        tails, self._tails = self._tails, []
+        for i, frames in enumerate(tails):
+            if (yield frames) is False:
+                self._tails = tails[i:]
+                self.refused = True
+                break
         turns, answers, ledger = self._turns, self._answers, self.ledger
         for _ in range(len(turns)):
             if budget <= 0:
@@ -301,9 +334,10 @@ class ProducerState:
                 first = seq
                 held = islice(self.buffer, seq - self.base, stop - self.base)
                 if requester in self.bulk.records:
-                    seq, spent = yield from self._bulk_answer(requester, held, seq, stop, budget, room)
+                    seq, spent, refused = yield from self._bulk_answer(requester, held, seq, stop, budget, room)
                 else:
-                    seq, spent = yield from self._direct_answer(requester, held, seq, stop, budget, room)
+                    seq, spent, refused = yield from self._direct_answer(requester, held, seq, stop, budget, room)
+                self.refused = self.refused or refused
                 budget -= seq - first
                 self.records_answered += seq - first
                 ledger.sent(requester, self.topic, first, seq, spent)
@@ -314,24 +348,26 @@ class ProducerState:
                 turns.append(requester)
 
     def _direct_answer(self, requester: str, held: Iterator[bytes], seq: int, stop: int, budget: int,
-                       room: int) -> Generator[list[bytes], None, tuple[int, int]]:
-        """DIRECT-RECORDs of ``held`` (records ``seq..stop-1``); returns (next sequence, bytes spent)."""
+                       room: int) -> Generator[list[bytes], bool | None, tuple[int, int, bool]]:
+        """DIRECT-RECORDs of ``held`` (records ``seq..stop-1``); returns (next
+        sequence, bytes spent, whether the requester's queue refused one)."""
         prefix = proto.record_prefix(proto.DIRECT_RECORD, requester, self.address, self.topic)
         per_message = len(prefix) + 8 + MESSAGE_OVERHEAD
         spent = 0
         end = min(stop, seq + budget)
         for content in held:
-            yield [prefix + seq.to_bytes(8, "big"), content]
+            if (yield [prefix + seq.to_bytes(8, "big"), content]) is False:
+                return seq, spent, True
             spent += per_message + len(content)
             seq += 1
             if seq >= end or spent >= room:
                 break
-        return seq, spent
+        return seq, spent, False
 
     def _bulk_answer(self, requester: str, held: Iterator[bytes], seq: int, stop: int, budget: int,
-                     room: int) -> Generator[list[bytes], None, tuple[int, int]]:
+                     room: int) -> Generator[list[bytes], bool | None, tuple[int, int, bool]]:
         """DIRECT-RECORDS of ``held`` (records ``seq..stop-1``), packed in C;
-        returns (next sequence, bytes spent)."""
+        returns (next sequence, bytes spent, whether the requester's queue refused one)."""
         prefix = proto.record_prefix(proto.DIRECT_RECORDS, requester, self.address, self.topic)
         spent = 0
         end = min(stop, seq + budget)
@@ -341,11 +377,12 @@ class ProducerState:
             lengths, contents = proto.pack_contents(values)
             n = len(values)
             frame = prefix + seq.to_bytes(8, "big") + n.to_bytes(4, "big") + _NO_STAMPS
-            yield [frame, lengths, contents]
+            if (yield [frame, lengths, contents]) is False:
+                return seq, spent, True
             spent += len(frame) + len(lengths) + len(contents) + MESSAGE_OVERHEAD
             seq += n
             count = bulk_answers.next_count(n, len(contents))
-        return seq, spent
+        return seq, spent, False
 
 
 _NO_STAMPS = proto.encode_stamps(())  # a producer does not know when stores received its records

@@ -199,7 +199,8 @@ class StoreHelloMsg:
 @dataclass(frozen=True, slots=True)
 class DirectTailMsg:
     """DIRECT-TAIL (extension): the oldest sequence a store still keeps of a
-    partition, sent when a FETCH asks for deleted records. topic = requester address."""
+    partition, sent when a FETCH asks for deleted records, or (from a producer)
+    the oldest it holds when no store ever held what was asked. topic = requester address."""
 
     topic: str
     address: str

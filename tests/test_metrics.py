@@ -71,6 +71,7 @@ def test_collector_values_move_as_records_flow(tower, store):
                                   ("dafka_records_delivered_total", "consumer", 500),
                                   ("dafka_delivered_bytes_total", "consumer", 5000)):
             assert total(before, name, role=role) == 0 and total(after, name, role=role) == value, name
+        assert "dafka_records_lost_total{" in after and total(after, "dafka_records_lost_total", role="consumer") == 0
         head = {"topic": "m", "partition": producer.address}
         assert total(after, "dafka_stored_head", role="store-writer", **head) == 499
         assert total(after, "dafka_producer_head", **head) == 499

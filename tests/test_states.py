@@ -92,6 +92,45 @@ def test_no_store_mode_keeps_a_ring():
     assert state.released == 4 and state.base == 2 and list(state.buffer) == [b"2", b"3", b"4"]
 
 
+def answers(state):
+    return [proto.decode(frames) for frames in state.fetch_answers()]
+
+
+def test_a_no_store_producer_says_direct_tail_for_records_it_let_go_and_no_store_held():
+    state = ProducerState(P, "t", min_acks=0, max_unacked=3)
+    for i in range(5):
+        state.publish(b"%d" % i)
+    state.on_fetch(proto.FetchMsg(P, ME, "t", 0, 5))
+    tail, *records = answers(state)
+    assert tail == proto.DirectTailMsg(ME, P, "t", 2) and state.tails_sent == 1
+    assert [(m.sequence, m.content) for m in records] == [(2, b"2"), (3, b"3"), (4, b"4")]
+    state.on_fetch(proto.FetchMsg(P, ME, "t", 3, 5))  # what it holds: no tail
+    assert [type(m) for m in answers(state)] == [proto.DirectRecordMsg, proto.DirectRecordMsg]
+
+
+def test_a_no_store_producer_is_quiet_about_what_a_store_acked():
+    """A store that ACKed a sequence holds every record up to it, and its reader answers for them: the
+    producer says nothing of them, even after the store left (it may come back)."""
+    state = ProducerState(P, "t", min_acks=0, max_unacked=3)
+    for i in range(8):
+        state.publish(b"%d" % i)
+    assert not state.on_ack("s1", ack(3))  # min_acks 0: nothing to release...
+    state.forget_store("s1")
+    state.on_fetch(proto.FetchMsg(P, ME, "t", 1, 2))  # ...but the store holds 0..3
+    assert answers(state) == []
+    state.on_fetch(proto.FetchMsg(P, ME, "t", 4, 1))  # 4 was let go and no store held it
+    assert answers(state) == [proto.DirectTailMsg(ME, P, "t", 5)]
+
+
+def test_a_producer_with_stores_never_says_direct_tail():
+    state = ProducerState(P, "t", min_acks=1)
+    for i in range(5):
+        state.publish(b"%d" % i)
+    state.on_ack("s1", ack(3))  # released 0..3: a store holds them
+    state.on_fetch(proto.FetchMsg(P, ME, "t", 0, 5))
+    assert [m.sequence for m in answers(state)] == [4] and state.tails_sent == 0
+
+
 def test_has_room_bounds_records_and_bytes():
     state = ProducerState(P, "t", max_unacked=2, max_unacked_bytes=10)
     state.publish(b"12345")
@@ -257,10 +296,47 @@ def test_direct_tail_skips_deleted_records():
     state.subscribe("t")
     state.on_frames(proto.encode(proto.HeadMsg("t", P, "t", 9)))
     state.on_frames(proto.encode(proto.DirectTailMsg(ME, P, "t", 5)))
-    assert state.skipped == 5
+    assert state.records_lost == 5
     for seq in range(5, 10):
         state.on_record_frames(*record(seq, direct=True))
     assert [o for o, _ in delivered(state)] == [5, 6, 7, 8, 9]
+
+
+def test_a_full_queue_makes_caught_up_partitions_ask_past_their_head():
+    """When the receive queue overflowed at the end of a burst, nothing later shows the gap: the
+    consumer asks past its position at once, and again while the windows come back full."""
+    state = ConsumerState(ME, reset="earliest", fetch_max_bytes=100 * (100 + 4))  # windows of 100 records
+    state.subscribe("t")
+    for seq in range(10):
+        state.on_record_frames(*record(seq, b"x" * 100))
+    delivered(state)
+    fetches(state)
+    state.probe()
+    [probe] = fetches(state)
+    assert (probe.topic, probe.sequence, probe.count) == (P, 10, 100) and state.probes == 1
+    state.probe()
+    assert fetches(state) == []  # at most once per GAP_RETRY
+    lengths, contents = proto.pack_contents([b"x" * 100] * 100)
+    state.on_frames(proto.encode(proto.DirectRecordsMsg(ME, P, "t", 10, lengths, contents)))
+    [again] = fetches(state)  # a full window: there may be more
+    assert (again.sequence, again.count) == (110, 100)
+    lengths, contents = proto.pack_contents([b"x" * 100] * 30)
+    state.on_frames(proto.encode(proto.DirectRecordsMsg(ME, P, "t", 110, lengths, contents)))
+    assert fetches(state) == [] and len(delivered(state)) == 130  # a short one: that was all
+
+
+def test_a_full_queue_makes_a_partition_behind_ask_past_its_head_once_caught_up():
+    state = ConsumerState(ME, reset="earliest", fetch_max_bytes=1000 * (1 + 4))
+    state.subscribe("t")
+    state.on_record_frames(*record(5))  # a gap: 0..4 are fetched
+    fetches(state)
+    state.now = 1.0
+    state.probe()
+    assert fetches(state) == []  # it knows it is behind; it asks past its head once caught up
+    for seq in range(5):
+        state.on_record_frames(*record(seq, direct=True))
+    [probe] = fetches(state)
+    assert probe.sequence == 6 and len(delivered(state)) == 6
 
 
 def test_exact_topics_and_own_address_only():
