@@ -51,11 +51,13 @@ def scenario_recovery(run: ModuleType, records: int, size: int, api: str = "cons
                "cpu_us": {"producer": produced.get("cpu_us"), "steady consumer": steady.get("cpu_us"),
                           "recovering consumer": behind.get("recovery_cpu_us")},
                "fetches": behind.get("fetches")}
-        if behind.get("recovered") and behind.get("recovery_seconds"):
+        if "incomplete" in out["behind"]:
+            out["incomplete"] = out["behind"]["incomplete"]
+        elif behind.get("recovered") and behind.get("recovery_seconds"):
             out["recovered"] = behind["recovered"]
             out["rate"] = behind["recovered"] / behind["recovery_seconds"]
         else:
-            out["incomplete"] = out["behind"].get("incomplete") or "the paused consumer never resumed reading"
+            out["incomplete"] = "the stream was over before the pause: nothing to recover (more --records)"
         if store_proc is not None:
             out["cpu_us"]["store"] = run.Cluster.stop_store(store_proc).get("cpu_us")
         return out

@@ -923,8 +923,8 @@ def scenario_cdc(records: int, bootstrap_rows: int, latency_seconds: float) -> d
 
 def scenario_mirror(a: argparse.Namespace) -> dict:
     """bench/mirror_bench.py with this file's roles."""
-    if str(HERE) not in sys.path:
-        sys.path.insert(0, str(HERE))
+    if str(HERE.parent) not in sys.path:
+        sys.path.insert(0, str(HERE.parent))
     import mirror_bench
 
     sizes = [int(s) for s in a.sizes.split(",")]

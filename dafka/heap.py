@@ -19,7 +19,8 @@ import threading
 log = logging.getLogger(__name__)
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-MMAP_THRESHOLD = 64 * 1024
+import os
+MMAP_THRESHOLD = int(os.environ.get("DAFKA_EXP_MMAP", 64 * 1024))
 
 _lock = threading.Lock()
 _libc: ctypes.CDLL | None = None
@@ -46,6 +47,8 @@ def mmap_large_blocks() -> bool:
     global _tuned
     with _lock:
         if not _tuned:
+            if MMAP_THRESHOLD == 0:
+                return False
             libc = _glibc()
             _tuned = libc is not None and libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
             if not _tuned:

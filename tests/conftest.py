@@ -17,6 +17,42 @@ from helpers import Processes, curve_settings, loopback_config
 
 logging.getLogger("dafka").setLevel(logging.DEBUG)
 
+# Tests that start first in a parallel run (pytest-xdist hands tests out in collection order): the longest,
+# so that none of them is left to run alone at the end.
+_LONGEST_FIRST = ("soak", "slow", "nemesis", "spark", "cdc", "mirror", "faults")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--phase", choices=("parallel", "serial"),
+        help="run only the tests of one phase: 'serial' ones (marker serial: timing-sensitive, or measuring a "
+             "whole machine) run alone after the 'parallel' ones, which tox runs with pytest-xdist. "
+             "Without it, every test runs.")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers
+def pytest_collection_modifyitems(config, items):
+    phase = config.getoption("--phase")
+    if phase is not None:
+        keep = [item for item in items if (item.get_closest_marker("serial") is not None) == (phase == "serial")]
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
+    if phase == "parallel":
+        for item in items:
+            if item.get_closest_marker("spark") is not None:
+                # One Spark JVM at a time (tox's --dist loadgroup): beside three busy workers, more of them
+                # left their Python workers short of Spark's fixed 10 s to connect back.
+                item.add_marker(pytest.mark.xdist_group("spark"))
+        rank = {name: n for n, name in enumerate(_LONGEST_FIRST)}
+        items.sort(key=lambda item: min((rank[m.name] for m in item.iter_markers() if m.name in rank),
+                                        default=len(rank)))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # A phase may hold none of the tests that -k or -m chose: that is not a failure of the run.
+    if session.config.getoption("--phase") is not None and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        session.exitstatus = pytest.ExitCode.OK
+
 
 @pytest.fixture
 def tower():

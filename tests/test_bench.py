@@ -15,23 +15,36 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "run.py"
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(660)
-def test_benchmark_runs_and_reports_every_scenario(tmp_path):
+TINY = ["--records", "2000", "--catchup-records", "2000", "--hold-records", "2000", "--sizes", "100",
+        "--cdc-records", "2000", "--bootstrap-rows", "2000", "--cdc-latency-seconds", "1", "--mirror-lag-seconds", "1",
+        "--burst-records", "2000", "--scale-peers", "30", "--scale-seconds", "1", "--idle-seconds", "2",
+        "--partitions", "1,8"]
+
+
+def bench(tmp_path, *args: str) -> tuple[dict, str]:
+    """Run bench/run.py with tiny counts; its JSON results and what it printed."""
     out = tmp_path / "results.json"
-    done = subprocess.run(
-        [sys.executable, "-P", str(BENCH), "--records", "2000", "--catchup-records", "2000", "--hold-records", "2000",
-         "--sizes", "100", "--skip", "spark", "--cdc-records", "2000", "--bootstrap-rows", "2000",
-         "--cdc-latency-seconds", "1", "--mirror-lag-seconds", "1", "--burst-records", "2000",
-         "--scale-peers", "30", "--scale-seconds", "1", "--json", str(out)],
-        capture_output=True, text=True, timeout=640, cwd=tmp_path,
-    )
+    done = subprocess.run([sys.executable, "-P", str(BENCH), *TINY, *args, "--json", str(out)],
+                          capture_output=True, text=True, timeout=560, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "raw pyzmq PUB/SUB ceiling" in done.stdout and "(1.00x)" in done.stdout
-    results = json.loads(out.read_text())
+    return json.loads(out.read_text()), done.stdout
+
+
+# One test per part of the run, so that a parallel run spreads them over its workers.
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_benchmark_runs_and_reports_every_scenario(tmp_path):
+    results, stdout = bench(tmp_path, "--skip", "spark,cdc,mirror,burst,scale")
+    assert "raw pyzmq PUB/SUB ceiling" in stdout and "(1.00x)" in stdout
     run = results["runs"]["100"]
     assert run["ceiling"]["rate"] > 0
     assert run["direct"]["received"] == run["direct_poll"]["received"] == run["direct_async"]["received"] == 2000
+    for api in ("consume", "async"):  # the consumer stopped 2 s mid-stream got every record back
+        recovery = run[f"recovery_{api}"]
+        assert recovery["behind"]["received"] == recovery["steady"]["received"] == 2000, recovery
+        assert "incomplete" not in recovery["behind"] and recovery["cpu_us"]["producer"] > 0
+    assert set(results["idle"]["roles"]) == {"tower", "store", "consumer", "producer"}
     bulk = results["bulk"]["100"]
     assert run["store"]["catchup_received"] == bulk["catchup_bulk"]["received"] == 2000
     assert run["store"]["catchup_async_rate"] > 0
@@ -40,6 +53,7 @@ def test_benchmark_runs_and_reports_every_scenario(tmp_path):
     assert all(rate > 0 for rate in bulk["four_readers"]["rates"] + bulk["live"]["catchup_rates"])
     assert bulk["live"]["alone_ack_rate"] > 0 and bulk["live"]["busy_ack_rate"] > 0
     assert results["hold"]["buffered"] == 2000
+    assert sorted(results["partitions"]) == ["1", "8"]
     for members, group in results["groups"].items():
         # every record reached the group (a few twice, at most, while the members' views settle), and no
         # member read more than its share of the 8 partitions
@@ -47,23 +61,45 @@ def test_benchmark_runs_and_reports_every_scenario(tmp_path):
         assert max(group["shares"]) <= -(-8 // int(members)), group["shares"]  # nobody above its share
     for process, cpu in run["direct"]["cpu_us"].items():
         assert cpu is not None and cpu > 0, process
-    burst = results["burst"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_benchmark_burst(tmp_path):
+    burst = bench(tmp_path, "--only", "burst")[0]["burst"]
     assert burst["catchup_received"] == 2000 and burst["rss_before_mib"] > 0
     assert burst["rss_peak_mib"] >= burst["rss_before_mib"] and burst["rss_after_5s_mib"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_benchmark_mirror(tmp_path):
+    results, stdout = bench(tmp_path, "--only", "mirror")
     (mirror,) = results["mirror"]["sizes"]
     assert mirror["mirror_rate"] > 0 and mirror["live_rate"] > 0 and mirror["catchup_records"] == 2000
-    assert mirror["catchup_rate"] > 0 and "site A -> site B" in done.stdout
+    assert mirror["catchup_rate"] > 0 and "site A -> site B" in stdout
     lag = results["mirror"]["lag"]  # (over network namespaces: root only)
     assert "skipped" in lag or (lag["received"] == lag["records"] == 10_000 and lag["p99_ms"] > 0
                                 and lag["catchup_received"] == 2000 and lag["across_rate"] > 0)
-    scale = results["scale"]["rows"]  # discovery at scale: both kinds of cluster ran, and every newcomer read
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_benchmark_scale(tmp_path):
+    scale = bench(tmp_path, "--only", "scale")[0]["scale"]["rows"]  # both kinds of cluster ran, every newcomer read
     assert [(r["peers"], r["mode"]) for r in scale] == [(30, "rfc46"), (30, "scoped")]
     assert all(r["newcomer_first_record_ms"] is not None and r["cpu_percent"]["tower"] >= 0 for r in scale)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_benchmark_cdc(tmp_path):
+    results, stdout = bench(tmp_path, "--only", "cdc")
     cdc = results["cdc"]  # (empty where no PostgreSQL is installed; tox requires it)
     if cdc or os.environ.get("DAFKA_REQUIRE_POSTGRES") == "1":
         assert cdc["single_row"]["rate"] > 0 and cdc["txn_100"]["rate"] > 0 and cdc["bootstrap"]["rows"] == 2000
         assert cdc["latency"]["changes"] == cdc["latency"]["of"] == 1000
-        assert "change data capture" in done.stdout
+        assert "change data capture" in stdout
 
 
 def _bench_module():

@@ -17,6 +17,9 @@ from helpers import loopback_config
 TOPIC = "orders"
 GROUP = "billing"
 
+# Members expire after a second without a beacon: other tests' load would expire them.
+pytestmark = pytest.mark.serial
+
 
 def config(tower, **extra):
     return loopback_config(tower, **{"beacon__interval": 200, "beacon__timeout": 1000,

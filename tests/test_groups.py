@@ -29,6 +29,9 @@ BEACON = ["-X", "beacon/interval=200", "-X", "beacon/timeout=1000"]  # a member 
 TIMEOUT = 2.0  # beacon/timeout + 1 s
 _ASSIGNMENT = re.compile(rb"group \S+: (reading|handing over) (.*)\n")
 
+# Members expire after a second without a beacon: other tests' load would expire them.
+pytestmark = pytest.mark.serial
+
 
 class Member:
     """A ``dafka_console_consumer --group`` process: the records it printed, and

@@ -28,6 +28,10 @@ DAYS = 365
 COMMITS_A_DAY = 24 * 3600 // 5  # consumer/group/auto_commit_interval = 5 s
 RESUME_AT = 60
 
+# 6.3 million records through one store against a 1.5 s retention: 33 s alone, over 300 s beside 3 other
+# test workers on 2 cores.
+pytestmark = pytest.mark.serial
+
 
 def topic_keys(store: Store, tag: bytes) -> list[bytes]:
     prefix = tag + TOPIC.encode() + b"\0"

@@ -61,6 +61,7 @@ GROUP = "soakers"
 HEADER = struct.Struct(">QQ")  # sequence, send time (ns since the epoch)
 SAMPLE_EVERY = 10.0
 RETENTION_MS = 120_000  # a run under 30 minutes: retention at work within its first minutes
+SPARK_START_TIMEOUT = 300  # seconds for Spark's JVM and its query to come up before the load starts
 LONG_RETENTION_MS = 600_000  # longer runs: longer than Spark's first micro-batch can take on 2 busy cores
 RETENTION_BYTES = 1024 * 1024 * 1024  # per partition
 
@@ -193,7 +194,10 @@ def role_spark(args) -> None:
              .config("spark.driver.extraJavaOptions", "-Xms512m -XX:+AlwaysPreTouch")
              .config("spark.ui.retainedJobs", "100").config("spark.ui.retainedStages", "100")
              .config("spark.sql.ui.retainedExecutions", "100")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1").getOrCreate())
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
+             # a trigger that read nothing reports its progress within a second: how the soak knows the
+             # query's streaming source is up before it starts the producers
+             .config("spark.sql.streaming.noDataProgressEventInterval", "1000").getOrCreate())
     register(spark)
     totals = {"batches": 0, "rows": 0, "last_batch_s": None}
 
@@ -210,14 +214,19 @@ def role_spark(args) -> None:
                 .writeStream.foreachBatch(batch).trigger(processingTime="1 second").start())
 
     query = start()
+    while not flag.stop and query.isActive and query.lastProgress is None:
+        time.sleep(0.2)  # its first trigger ran: the streaming source's Python worker connected back
+    totals["ready"] = query.isActive
+    write(totals)
     while not flag.stop:
         if query.isActive:
             time.sleep(0.5)
             continue
         error = query.exception()
         # A query starts its streaming source's Python worker, which must connect back to the JVM within
-        # Spark's fixed 10 s; on two cores that 13 busy processes share it can take longer (seen in CI).
-        # That is the machine, not the connector, and nothing was read: start the query again.
+        # Spark's fixed 10 s.  The soak starts its load only once the query is up (Soak.start), but should
+        # the query start again on two cores that 13 busy processes share, it can take longer (seen in
+        # CI): that is the machine, not the connector, and nothing was read: start the query again.
         if error is None or "Python worker failed to connect back" not in str(error) or totals.get("restarts", 0) >= 3:
             break
         totals["restarts"] = totals.get("restarts", 0) + 1
@@ -347,7 +356,12 @@ class Soak:
         for name in ("g1", "g2"):
             self._role(name, "consumer", "--group", GROUP)
         self._role("spark", "spark")
-        time.sleep(3.0)
+        # The load starts once Spark's query is up: its streaming source's Python worker must connect back
+        # to the JVM within Spark's fixed 10 s, which two cores under the whole cluster's load did not
+        # always give it (4 of 4 starts failed on a slow machine, issue 39).
+        deadline = time.monotonic() + SPARK_START_TIMEOUT
+        while "ready" not in self.stats("spark") and self.procs["spark"].poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
         for i, name in enumerate(("p1", "p2", "p3", "p4")):
             self._role(name, "producer", "--rate", str(self.rate // 4),
                        *(["--big-every", str(self.big_every)] if i >= 2 else []))

@@ -228,6 +228,7 @@ def known_bug(frames: list[bytes], consumer: str) -> str | None:
     return None
 
 
+@pytest.mark.serial  # as many examples as a fixed time allows: at least 1,000 alone, 600 beside 3 other workers
 def test_fuzz_every_socket_of_every_peer(fuzz_cluster, fault_report):
     cluster = fuzz_cluster
     fuzz: FuzzPeer = cluster.fuzz
