@@ -19,8 +19,12 @@ import threading
 log = logging.getLogger(__name__)
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-import os
-MMAP_THRESHOLD = int(os.environ.get("DAFKA_EXP_MMAP", 64 * 1024))
+# Blocks of 1 MiB and more are mmapped: a store's write batches (store/batch_bytes) and whatever a burst
+# makes as big.  Not the 64 KiB messages of live batches, nor the 256 KiB bulk answers: at 64 KiB every one
+# of them was a fresh mapping, zero-filled on first touch and unmapped when freed, and a store spent 5.9-6.0
+# us a 1000-byte record against 4.5-4.9 at 1 MiB, catching up at 0.95x the ceiling against 1.3-1.5x
+# (issue 39, bench/run.py's store scenario, same run).
+MMAP_THRESHOLD = 1024 * 1024
 
 _lock = threading.Lock()
 _libc: ctypes.CDLL | None = None
@@ -47,8 +51,6 @@ def mmap_large_blocks() -> bool:
     global _tuned
     with _lock:
         if not _tuned:
-            if MMAP_THRESHOLD == 0:
-                return False
             libc = _glibc()
             _tuned = libc is not None and libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
             if not _tuned:
