@@ -5,9 +5,10 @@ thread allocates every message it receives and the writer thread frees it, so
 glibc spreads them over several arenas and keeps the freed space; LevelDB's
 memtable stays full until the next write fills it.  Two things fix that:
 
-* :func:`dafka.heap.mmap_large_blocks`, set when a writer starts: blocks of 1 MiB and more (LevelDB's write
-  batches, what a burst makes as big) are mmapped, and so unmapped when freed.  glibc would otherwise raise that threshold to 32 MiB
-  after the first such free, and keep them in its heaps.  It is process-wide
+* :func:`dafka.heap.mmap_large_blocks`, set when a writer starts: blocks of 1 MiB and more (LevelDB's
+  write batches, what a burst makes as big) are mmapped, and so unmapped when
+  freed.  glibc would otherwise raise that threshold to 32 MiB after the first
+  such free, and keep them in its heaps.  It is process-wide
   and set once.
 * :func:`release`, when the writer has been idle for ``store/memory/idle_ms``:
   the memtable is written to disk, then ``malloc_trim(0)`` returns the free
