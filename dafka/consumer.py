@@ -430,9 +430,10 @@ class Consumer(Generic[V]):
                 self._xpub.send_multipart(frames)
             out.clear()
         state = self._state
-        if state.awaiting or state.heads_due is not None:
-            # the fetch-retry tick while partitions await records, else the tail watch's next turn
-            when = time.monotonic() + _TICK if state.awaiting or state.heads_due is None else state.heads_due
+        if state.awaiting or state.quiet_watch or state.heads_due is not None:
+            # the fetch-retry tick while partitions await records or a quiet moment, else the tail watch's next turn
+            when = time.monotonic() + _TICK if state.awaiting or state.quiet_watch or state.heads_due is None \
+                else state.heads_due
             if self._tick_timer is None or when < self._tick_timer.when:
                 if self._tick_timer is not None:
                     self._tick_timer.cancel()

@@ -39,7 +39,7 @@ GAP_RETRY = 0.2
 class Partition:
     __slots__ = ("topic", "address", "next", "head", "pending", "fetch_seq", "fetch_end", "fetched_at",
                  "seen_next", "progress_at", "record_size", "window_from", "window_bytes", "watched_next",
-                 "sink", "probing")
+                 "sink", "probing", "quiet_next")
 
     def __init__(self, topic: str, address: str, next_offset: int, sink: deque[Record[bytes]]) -> None:
         self.sink = sink  # where its records are delivered: the ready queue, or an internal topic's own
@@ -58,6 +58,7 @@ class Partition:
         self.window_bytes = 0  # ...and the content bytes delivered since, below the head
         self.watched_next = -1  # ``next`` at the tail watch's last round
         self.probing = False  # ask past the known head whenever caught up (ConsumerState.probe)
+        self.quiet_next = -1  # ``next`` at the last tick, while the quiet watch looks at the partition
 
     def forget_fetch(self) -> None:
         """Make the next :meth:`ConsumerState._request` go out whatever was asked before."""
@@ -105,6 +106,7 @@ class ConsumerState(RecordIntake):
         self.fetches_sent = 0
         self.probes = 0  # FETCHes past the known head after the receive queue was full
         self.probed_at = float("-inf")
+        self.quiet_watch: set[Partition] = set()  # partitions to probe once no record came for a tick
         # The tail watch (rfc 8.5): while a partition's producer is not among the peers we are
         # connected to, nothing tells us of records that came after its last HEAD that reached us.
         self.live: set[str] = set()  # addresses of the peers we are connected to
@@ -331,6 +333,7 @@ class ConsumerState(RecordIntake):
         self.record_prefixes.pop(proto.record_prefix(proto.RECORD, topic, partition, topic), None)
         self.record_prefixes.pop(proto.record_prefix(proto.DIRECT_RECORD, self.address, partition, topic), None)
         self.awaiting.discard(p)
+        self.quiet_watch.discard(p)
         self.drop_ready(topic, partition)
         self._watch_tails()
 
@@ -519,19 +522,21 @@ class ConsumerState(RecordIntake):
         """The receive queue was full: its senders dropped what came after it
         (PUB semantics), and when that was the end of a burst no later record
         shows the gap, only the producer's next HEAD, up to a
-        ``producer/head_interval`` later.  So every partition that looks
-        caught up asks at once for a window past its position, and every
-        other one once it has caught up, again while windows come back full:
-        the producer and the stores answer what they hold, and nothing when
-        there is nothing (rfc 8.5, "Full queue").  At most once per :data:`GAP_RETRY`."""
+        ``producer/head_interval`` later.  So each partition asks for a window
+        past its position once it looks caught up and no record came for a
+        tick (:meth:`tick`: the stream paused, or ended; while records still
+        come, a later one shows any gap, and a window asked for then would
+        bring again what is already on its way), or at once when it catches up
+        by FETCH; and again while the windows come back full.  The producer
+        and the stores answer what they hold, nothing when there is nothing
+        (rfc 8.5, "Full queue").  At most once per :data:`GAP_RETRY`."""
         if self.now - self.probed_at < GAP_RETRY:
             return
         self.probed_at = self.now
         for p in self.partitions.values():
-            if p.head < p.next:
-                self._probe(p)
-            else:
-                p.probing = True  # asks past its head once it has caught up
+            p.probing = True
+            p.quiet_next = p.next
+            self.quiet_watch.add(p)
 
     def _probe(self, p: Partition) -> None:
         count = min(FETCH_CHUNK, fetch_window(self.fetch_max_bytes, p.record_size, self.bulk))
@@ -546,11 +551,19 @@ class ConsumerState(RecordIntake):
         """Advance time; repeat a FETCH only when its partition has made no
         progress for ``fetch_retry``, or :data:`GAP_RETRY` when later records
         wait behind the gap (answers still flowing are not re-asked).
-        Only partitions in :attr:`awaiting` are looked at: with none and no
-        tail watch (:attr:`heads_due`), nothing needs the clock."""
+        Only partitions in :attr:`awaiting` and :attr:`quiet_watch` are looked
+        at: with none and no tail watch (:attr:`heads_due`), nothing needs the
+        clock."""
         self.now = now
         if self.heads_due is not None and now >= self.heads_due:
             self._ask_tails(now)
+        for p in list(self.quiet_watch):
+            if p.next != p.quiet_next:
+                p.quiet_next = p.next  # records still come
+                continue
+            self.quiet_watch.discard(p)
+            if p.probing and p.head < p.next and p.next >= p.fetch_end:
+                self._probe(p)
         for p in list(self.awaiting):
             if p.head < p.next:
                 self.awaiting.discard(p)  # caught up

@@ -302,27 +302,34 @@ def test_direct_tail_skips_deleted_records():
     assert [o for o, _ in delivered(state)] == [5, 6, 7, 8, 9]
 
 
-def test_a_full_queue_makes_caught_up_partitions_ask_past_their_head():
+def test_a_full_queue_makes_caught_up_partitions_ask_past_their_head_once_records_stop():
     """When the receive queue overflowed at the end of a burst, nothing later shows the gap: the
-    consumer asks past its position at once, and again while the windows come back full."""
+    consumer asks past its position once a tick passed without a record, and again while the windows
+    come back full."""
     state = ConsumerState(ME, reset="earliest", fetch_max_bytes=100 * (100 + 4))  # windows of 100 records
     state.subscribe("t")
     for seq in range(10):
         state.on_record_frames(*record(seq, b"x" * 100))
     delivered(state)
     fetches(state)
+    state.now = 1.0
     state.probe()
-    [probe] = fetches(state)
-    assert (probe.topic, probe.sequence, probe.count) == (P, 10, 100) and state.probes == 1
+    state.on_record_frames(*record(10, b"x" * 100))
+    state.tick(1.1)
+    assert fetches(state) == []  # records still come: a later one shows any gap
+    state.tick(1.2)
+    [probe] = fetches(state)  # a tick without a record: the stream paused or ended
+    assert (probe.topic, probe.sequence, probe.count) == (P, 11, 100) and state.probes == 1
     state.probe()
+    state.tick(1.3)
     assert fetches(state) == []  # at most once per GAP_RETRY
     lengths, contents = proto.pack_contents([b"x" * 100] * 100)
-    state.on_frames(proto.encode(proto.DirectRecordsMsg(ME, P, "t", 10, lengths, contents)))
+    state.on_frames(proto.encode(proto.DirectRecordsMsg(ME, P, "t", 11, lengths, contents)))
     [again] = fetches(state)  # a full window: there may be more
-    assert (again.sequence, again.count) == (110, 100)
+    assert (again.sequence, again.count) == (111, 100)
     lengths, contents = proto.pack_contents([b"x" * 100] * 30)
-    state.on_frames(proto.encode(proto.DirectRecordsMsg(ME, P, "t", 110, lengths, contents)))
-    assert fetches(state) == [] and len(delivered(state)) == 130  # a short one: that was all
+    state.on_frames(proto.encode(proto.DirectRecordsMsg(ME, P, "t", 111, lengths, contents)))
+    assert fetches(state) == [] and len(delivered(state)) == 131  # a short one: that was all
 
 
 def test_a_full_queue_makes_a_partition_behind_ask_past_its_head_once_caught_up():
