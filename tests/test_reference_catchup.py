@@ -94,3 +94,20 @@ def test_a_reference_and_a_dafka_consumer_catch_up_from_one_store_at_the_same_ti
         if ref is not None:
             ref.close()
         store.stop()
+
+
+@pytest.mark.timeout(60)
+def test_a_reference_consumer_never_gets_the_producers_direct_tail(tower):
+    """A no-store producer tells a requester that the records it asks for are held by nobody any more with
+    a DIRECT-TAIL (rfc 6.3), to ``T<requester>``: a reference consumer never subscribes to it, so libzmq
+    never sends it one, and it keeps getting only RFC 46 messages (``foreign`` counts any other)."""
+    config = loopback_config(tower, producer__min_acks=0, producer__max_unacked=500)
+    ref = RefConsumer(tower.sub_endpoint, tower.pub_endpoint, new_address(), earliest=True)
+    with Producer(TOPIC, config) as producer:
+        for seq in range(2000):
+            producer.send(b"%d" % seq)
+        ref.subscribe(TOPIC)
+        assert ref.run(lambda: producer.stats()["tails_sent"] >= 1 and ref.received > 0, 30), producer.stats()
+        ref.run(lambda: False, 1.0)  # whatever else comes
+        assert ref.foreign == 0 and ref.fetches[0].sequence == 0
+    ref.close()
