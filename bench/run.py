@@ -1418,10 +1418,10 @@ def print_table(size: int, run: dict) -> None:
     add("  ... read with dafka.aio async for", da, da.get("rate"),
         vs_consume(da["rate"], d["rate"], da["cpu_us"]["consumer"], d["cpu_us"]["consumer"])
         if "error" not in da and "error" not in d else "")
-    for api, label in (("consume", "consume()"), ("async", "dafka.aio async for")):
+    for api, label in (("consume", "consume()"), ("async", "async for")):
         r = run.get(f"recovery_{api}")
         if r is not None:
-            add(f"consumer stopped 2 s, recovers ({label})", r, r.get("rate"),
+            add(f"stopped 2 s, recovers ({label})", r, r.get("rate"),
                 fmt_cpu(r.get("cpu_us", {})) + (f"; steady consumer {r['steady']['rate']:,.0f}/s" if "steady" in r else ""))
     p = run["paced"]
     if p.get("p50_ms") is not None:
