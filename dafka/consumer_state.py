@@ -510,13 +510,18 @@ class ConsumerState(RecordIntake):
         delivered = p.next - p.window_from
         if delivered > 0 and p.window_bytes:
             p.record_size = mean_size(p.record_size, p.window_bytes // delivered)
-        p.window_from, p.window_bytes = p.next, 0
-        count = min(p.head - p.next + 1, FETCH_CHUNK, fetch_window(self.fetch_max_bytes, p.record_size, self.bulk))
+        self._fetch(p, min(p.head - p.next + 1, self._window(p)))
+
+    def _window(self, p: Partition) -> int:
+        """How many records one FETCH of ``p`` asks for at most (rfc 8.4)."""
+        return min(FETCH_CHUNK, fetch_window(self.fetch_max_bytes, p.record_size, self.bulk))
+
+    def _fetch(self, p: Partition, count: int) -> None:
+        """FETCH ``count`` records of ``p`` from its position; a new window starts there."""
         self.out.append(proto.encode(proto.FetchMsg(p.address, self.address, p.topic, p.next, count)))
         self.fetches_sent += 1
-        p.fetch_seq = p.next
-        p.fetch_end = p.next + count
-        p.fetched_at = self.now
+        p.fetch_seq, p.fetch_end, p.fetched_at = p.next, p.next + count, self.now
+        p.window_from, p.window_bytes = p.next, 0
 
     def probe(self) -> None:
         """The receive queue was full: its senders dropped what came after it
@@ -539,13 +544,9 @@ class ConsumerState(RecordIntake):
             self.quiet_watch.add(p)
 
     def _probe(self, p: Partition) -> None:
-        count = min(FETCH_CHUNK, fetch_window(self.fetch_max_bytes, p.record_size, self.bulk))
-        self.out.append(proto.encode(proto.FetchMsg(p.address, self.address, p.topic, p.next, count)))
-        self.fetches_sent += 1
+        """A whole window past the position of ``p``, whose known head it has reached."""
+        self._fetch(p, self._window(p))
         self.probes += 1
-        p.fetch_seq, p.fetch_end, p.fetched_at = p.next, p.next + count, self.now
-        p.window_from, p.window_bytes = p.next, 0
-        p.probing = True
 
     def tick(self, now: float) -> None:
         """Advance time; repeat a FETCH only when its partition has made no
