@@ -80,9 +80,7 @@ def figures(run: ModuleType, scenario: str, records: int, size: int) -> dict[str
         out["store cpu producer"], out["store cpu store"] = cpu["producer"], cpu["store"]
         out["store cpu catch-up consumer"] = cpu["catchup consumer"]
     elif scenario == "recovery":
-        import recovery_bench
-
-        r = recovery_bench.scenario_recovery(run, records, size)
+        r = run.scenario_recovery(records, size, "consume")
         if "rate" in r:
             out["recovery rate"] = r["rate"]
         out["recovery cpu consumer"] = r["cpu_us"]["recovering consumer"]

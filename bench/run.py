@@ -898,11 +898,18 @@ def scenario_groups(members: int, partitions: int, total: int, size: int) -> dic
         shutil.rmtree(db, ignore_errors=True)
 
 
+def scenario_module(name: str):
+    """A scenario module beside this script (python -P, PYTHONSAFEPATH: the script's folder is not on the path)."""
+    import importlib
+
+    if str(HERE.parent) not in sys.path:
+        sys.path.insert(0, str(HERE.parent))
+    return importlib.import_module(name)
+
+
 def scenario_cdc(records: int, bootstrap_rows: int, latency_seconds: float) -> dict:
     """bench/cdc_bench.py, with a store process of this file's store role (skipped without PostgreSQL)."""
-    if str(HERE.parent) not in sys.path:
-        sys.path.insert(0, str(HERE.parent))  # (python -P, PYTHONSAFEPATH: the script's folder is not on the path)
-    import cdc_bench
+    cdc_bench = scenario_module("cdc_bench")
 
     if not cdc_bench.available():
         print("\n== change data capture: skipped (no PostgreSQL server or psycopg2: pip install '.[cdc]') ==")
@@ -923,9 +930,7 @@ def scenario_cdc(records: int, bootstrap_rows: int, latency_seconds: float) -> d
 
 def scenario_mirror(a: argparse.Namespace) -> dict:
     """bench/mirror_bench.py with this file's roles."""
-    if str(HERE.parent) not in sys.path:
-        sys.path.insert(0, str(HERE.parent))
-    import mirror_bench
+    mirror_bench = scenario_module("mirror_bench")
 
     sizes = [int(s) for s in a.sizes.split(",")]
     records = a.records if a.mirror_records is None else a.mirror_records
@@ -935,9 +940,7 @@ def scenario_mirror(a: argparse.Namespace) -> dict:
 
 def scenario_recovery(records: int, size: int, api: str) -> dict:
     """bench/recovery_bench.py: a consumer stopped 2 s mid-stream, and how fast it recovers."""
-    if str(HERE.parent) not in sys.path:
-        sys.path.insert(0, str(HERE.parent))
-    import recovery_bench
+    recovery_bench = scenario_module("recovery_bench")
 
     return recovery_bench.scenario_recovery(sys.modules[__name__], records, size, api)
 
@@ -953,9 +956,7 @@ def guarded(scenario, *args, **kwargs) -> dict:
 
 def scenario_scale(a: argparse.Namespace) -> dict:
     """bench/scale_bench.py: discovery's cost against the number of peers."""
-    if str(HERE.parent) not in sys.path:
-        sys.path.insert(0, str(HERE.parent))
-    import scale_bench
+    scale_bench = scenario_module("scale_bench")
 
     return scale_bench.run_all(sys.modules[__name__], [int(p) for p in a.scale_peers.split(",")], a.scale_seconds)
 
@@ -1245,11 +1246,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if a.ab:
-        sys.path.insert(0, str(HERE.parent))
-        import ab_bench
-
-        results = ab_bench.run_ab(sys.modules[__name__], a.ab, a.ab_rounds, [int(s) for s in a.sizes.split(",")],
-                                  a.records, a.ab_scenarios.split(","))
+        results = scenario_module("ab_bench").run_ab(sys.modules[__name__], a.ab, a.ab_rounds,
+                                                     [int(s) for s in a.sizes.split(",")], a.records,
+                                                     a.ab_scenarios.split(","))
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=2))
         return 0
