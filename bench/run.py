@@ -455,9 +455,7 @@ class Cluster:
     @staticmethod
     def stop_store(store: subprocess.Popen) -> dict:
         """Stop a store process; its result (CPU per record, RSS)."""
-        store.stdin.write("stop\n")
-        store.stdin.flush()
-        return result_of(store)
+        return stop_stayer(store, timeout=900)
 
     def close(self) -> None:
         for proc in self.procs:
@@ -505,7 +503,8 @@ def holding(records: int, size: int) -> list[str]:
 
 
 def stop_stayer(proc: subprocess.Popen, timeout: float = 60) -> dict:
-    """The result of a role started with --stay, after telling it to go."""
+    """The result of a role that waits for a line on its stdin (a producer with --stay, a store), after
+    sending it one."""
     try:
         proc.stdin.write("stop\n")
         proc.stdin.flush()
