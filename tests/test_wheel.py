@@ -17,6 +17,10 @@ from pathlib import Path
 
 import pytest
 
+# One worker builds the wheel for all of them (tox's --dist loadgroup): the build writes build/ and
+# dafka.egg-info in the checkout, and two workers building at once broke each other's (a fresh-clone run).
+pytestmark = pytest.mark.xdist_group("wheel")
+
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ("dafka", "dafka_towerd", "dafka_stored", "dafka_console_producer", "dafka_console_consumer")
 
