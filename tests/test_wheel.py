@@ -9,6 +9,7 @@ is the wheel's, and nothing is downloaded."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -17,19 +18,30 @@ from pathlib import Path
 
 import pytest
 
-# One worker builds the wheel for all of them (tox's --dist loadgroup): the build writes build/ and
-# dafka.egg-info in the checkout, and two workers building at once broke each other's (a fresh-clone run).
+# One worker builds the wheel for all of them (tox's --dist loadgroup), once.
 pytestmark = pytest.mark.xdist_group("wheel")
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ("dafka", "dafka_towerd", "dafka_stored", "dafka_console_producer", "dafka_console_consumer")
 
 
-@pytest.fixture(scope="module")
+def source_copy(into: Path) -> Path:
+    """The checkout's sources, without what builds and runs leave in it (build/, *.egg-info, .tox).
+
+    setuptools builds in the source tree: a build in the checkout itself, after tox's own builds there,
+    failed in CI ("No such file or directory: build/bdist.linux-x86_64/wheel/./dafka-0.2.0-py3.11.egg-info"),
+    and the suite must not write into the checkout anyway."""
+    shutil.copytree(ROOT, into, ignore=shutil.ignore_patterns(
+        ".git", ".tox", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"))
+    return into
+
+
+@pytest.fixture(scope="session")
 def wheel_venv(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wheel")
+    source = source_copy(tmp / "source")
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "--wheel-dir", str(tmp / "dist"), str(ROOT)], capture_output=True, text=True, timeout=300)
+                            "--wheel-dir", str(tmp / "dist"), str(source)], capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
     (wheel,) = (tmp / "dist").glob("dafka-*.whl")
     env_dir = tmp / "venv"
