@@ -39,9 +39,12 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
     if phase == "parallel":
         for item in items:
-            if item.get_closest_marker("spark") is not None:
-                # One Spark JVM at a time (tox's --dist loadgroup): beside three busy workers, more of them
-                # left their Python workers short of Spark's fixed 10 s to connect back.
+            if item.get_closest_marker("spark") is not None or item.get_closest_marker("soak") is not None:
+                # One Spark JVM at a time (tox's --dist loadgroup): a query's Python worker must connect back
+                # to the JVM within Spark's fixed 10 s, and beside three busy workers, more JVMs left them short
+                # of it. The soak runs a Spark query too, and keeps both cores busy for 5 minutes with 13
+                # processes on purpose: a Spark test beside it failed so in CI ("Python worker failed to
+                # connect back", test_cdc.py's streaming query).
                 item.add_marker(pytest.mark.xdist_group("spark"))
         rank = {name: n for n, name in enumerate(_LONGEST_FIRST)}
         items.sort(key=lambda item: min((rank[m.name] for m in item.iter_markers() if m.name in rank),
