@@ -41,6 +41,15 @@ DISCONNECT = b"DISCONNECT"
 # Only beacons that come faster than that start such a wait: a small cluster (a few beacons a
 # second) is read as each beacon comes, and meets a newcomer at once.
 _READ_EVERY = 0.05
+# Two reads this close (seconds) found parts of the same burst of beacons, not beacons that come often.
+_SAME_BURST = 0.005
+# A dafka-py tower relays repeated beacons together once a slot (rfc 5.3).  A settled beacon sends its
+# own as such a burst comes in, so that one wake-up serves both: one due within _READ_EVERY of a burst
+# goes out with it, and behind dafka-py towers, one due less than this fraction of beacon/interval
+# before the next burst is expected waits for it (and goes out _READ_EVERY after that time if none
+# came).  A beacon never goes out more than _READ_EVERY early, so that a tower never sees a peer beacon
+# faster than its interval; it waits at most this fraction of one, once, to fall in step.
+_POSTPONE = 0.5
 
 
 class PeerEvent(NamedTuple):
@@ -150,16 +159,26 @@ class BeaconState:
         self._queued += 1
         heapq.heappush(self._timers, (peer.expires, self._queued, peer))
 
-    def expire(self, now: float) -> list[PeerEvent]:
+    def expire(self, now: float, ahead: float = 0.0) -> list[PeerEvent]:
+        """The peers gone by ``now``.  Peers queued for a deadline within ``ahead`` seconds that have
+        beaconed since are queued again now: a beacon that has just read a burst of beacons is not
+        woken again a few milliseconds later only to find them refreshed."""
         events: list[PeerEvent] = []
         timers = self._timers
-        while timers and timers[0][0] <= now:
-            _, _, peer = heapq.heappop(timers)
+        limit = now + ahead
+        while timers and timers[0][0] <= limit:
+            deadline, _, peer = timers[0]
             if self.peers.get(peer.endpoint) is not peer and self.twins.get(peer.endpoint) is not peer:
+                heapq.heappop(timers)
                 continue  # forgotten already (replaced by another sender)
-            if peer.expires > now:
+            if peer.expires > deadline:
+                heapq.heappop(timers)
                 self._queue(peer)  # it beaconed since it was queued
-            elif self.twins.get(peer.endpoint) is peer:
+                continue
+            if peer.expires > now:
+                break  # not refreshed, and not due yet: its deadline wakes us
+            heapq.heappop(timers)
+            if self.twins.get(peer.endpoint) is peer:
                 del self.twins[peer.endpoint]
                 self._forget_raw(peer)
             else:
@@ -354,6 +373,8 @@ class Beacon:
         settled = False
         next_read = started
         last_found = float("-inf")  # the last look that found beacons
+        last_burst = float("-inf")  # ... once settled
+        postponed = False  # our beacon waits for the next burst (see _POSTPONE)
         try:
             while True:
                 now = time.monotonic()
@@ -366,15 +387,26 @@ class Beacon:
                     settled = settled or self._replayed.is_set() or (
                         state.welcomed and now > started + 2 * state.interval)
                     if found:
-                        if settled and now - last_found < _READ_EVERY:
+                        if settled and _SAME_BURST < now - last_found < _READ_EVERY:
                             next_read = now + _READ_EVERY  # beacons come faster than that: batch them
                         last_found = now
-                    for event in state.expire(now):
+                        if settled:
+                            last_burst = now
+                            if postponed or next_beacon - now <= _READ_EVERY:
+                                next_beacon = now  # waiting for this burst, or due soon: out with it
+                    for event in state.expire(now, _READ_EVERY if settled else 0.0):
                         self._emit(out, event)
                     self._snapshot_twins()
                 if now >= next_beacon:
-                    publisher.send_multipart(self._frames)
-                    next_beacon = now + state.interval
+                    burst = last_burst + state.interval  # when the next burst is expected
+                    if settled and not postponed and self._replayed.is_set() and \
+                            -_READ_EVERY < burst - now <= _POSTPONE * state.interval:
+                        next_beacon = max(burst, now) + _READ_EVERY  # see _POSTPONE
+                        postponed = True
+                    else:
+                        publisher.send_multipart(self._frames)
+                        next_beacon = now + state.interval
+                        postponed = False
                 if not state.welcomed and now >= next_warning:
                     log.warning(
                         "%s %s: no tower answers at %s; still trying",

@@ -526,3 +526,74 @@ def test_profiles_decode_or_are_refused_cleanly(data):
         assert state.on_profile(data, True) is None and state.malformed == 1
         return
     assert proto.encode_profile(address, role, topic) == data
+
+
+def _beacon_of(sender: str, port: int) -> list[bytes]:
+    return proto.encode_beacon(proto.Beacon(sender, "127.0.0.1", port))
+
+
+def test_tower_state_relays_repeated_beacons_together_once_a_slot():
+    """rfc 5.3: a new beacon goes out at once; a peer's repeated beacons are held up to the next slot
+    boundary (multiples of 1 s here), the hold growing by at most a quarter of its period a beacon, so
+    that each listener gets every peer's in one burst while each peer is still relayed once a period."""
+    state = TowerState(True, 4.0, None, slot=1.0)
+    senders = {"A" * 32: 0.10, "B" * 32: 0.35, "C" * 32: 0.80}  # each beacons every second at this phase
+    for n, (sender, phase) in enumerate(senders.items()):
+        assert state.on_beacon(_beacon_of(sender, n + 1), None, 10 + phase), "a new beacon goes out at once"
+    relayed: dict[str, list[float]] = {s: [] for s in senders}
+    releases = []
+    for second in range(11, 20):
+        events = sorted([(second + phase, sender) for sender, phase in senders.items()])
+        for now, sender in events:
+            for due in iter(lambda: state.next_release(), None):
+                if due > now:
+                    break
+                releases.append(due)
+                for frames in state.release(due):
+                    if frames[0] == b"B":  # (each also goes out under its scope, rfc 5.6)
+                        relayed[frames[1].decode()].append(due)
+            for frames in state.on_beacon(_beacon_of(sender, list(senders).index(sender) + 1), None, now):
+                if frames[0] == b"B":
+                    relayed[frames[1].decode()].append(now)  # not held: out as it came
+    for sender, times in relayed.items():
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        assert max(gaps) <= 1.25 + 1e-9, (sender, gaps)  # a quarter of a period longer, at most, once
+        assert len(times) >= 8, "a peer is relayed as often as it beacons"
+    # after the holds have grown, every repeated beacon goes out at a slot: one burst a second
+    late = [t for ts in relayed.values() for t in ts if t >= 15]
+    assert all(abs(t - round(t)) < 1e-9 for t in late), late
+    assert len(set(round(t, 6) for t in late)) == len(late) // 3
+
+
+def test_tower_state_relays_a_fast_peer_and_a_new_endpoint_at_once():
+    """A peer that beacons faster than the slot is relayed as it comes (held, it would reach the others
+    less often than it beacons); a beacon from a new endpoint is never held behind its old one."""
+    state = TowerState(True, 4.0, None, slot=1.0)
+    fast = _beacon_of("F" * 32, 1)
+    for i in range(10):
+        assert state.on_beacon(fast, None, 5.0 + i * 0.2), "fast peers are not held"
+    assert state.next_release() is None
+    state.on_beacon(_beacon_of("S" * 32, 2), None, 7.1)
+    assert state.on_beacon(_beacon_of("S" * 32, 2), None, 8.1) == [] and state.next_release() is not None
+    moved = state.on_beacon(_beacon_of("S" * 32, 3), None, 8.2)  # restarted elsewhere: out at once
+    assert moved and moved[0][2] == b"tcp://127.0.0.1:3"
+    assert state.release(10.0) == [], "the held beacon of the old endpoint is dropped"
+
+
+def test_beacon_state_queues_refreshed_peers_ahead_and_never_expires_one_early():
+    """expire(now, ahead): a peer whose deadline is within ``ahead`` and that beaconed since is queued
+    at its new deadline now (no wake-up a few ms later only to find it refreshed); one that did not
+    beacon stays until its own deadline, and goes then."""
+    state = BeaconState("ME", 1.0, 4.0)
+    frames = {name: [b"B", name.encode(), f"tcp://127.0.0.1:{port}".encode()]
+              for name, port in (("A", 1), ("B", 2))}
+    for name, f in frames.items():
+        state.on_frames(f, 0.0)
+    state.on_frames(frames["A"], 3.0)  # A beacons on; B is silent from 0.0
+    assert state.next_expiry() == 4.0
+    assert state.expire(3.97, ahead=0.05) == [] and set(state.peers) == {"tcp://127.0.0.1:1", "tcp://127.0.0.1:2"}
+    assert state.next_expiry() == 4.0, "B's own deadline stays the next wake-up"
+    assert sorted(deadline for deadline, _, _ in state._timers) == [4.0, 7.0], "A queued again, ahead"
+    gone = state.expire(4.0, ahead=0.05)
+    assert [(e.kind, e.sender) for e in gone] == [(b"DISCONNECT", "B")]
+    assert state.next_expiry() == 7.0, "A was queued again at its new deadline"

@@ -15,6 +15,7 @@ loopback advertises loopback endpoints.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -33,6 +34,10 @@ log = logging.getLogger(__name__)
 # last: P peers' beacons come spread over beacon/interval, and a batch of them pays one wake-up.  A
 # small cluster's beacons are relayed as they come.  Listeners (and so replays) are served at once.
 _READ_EVERY = 0.05
+_SAME_BURST = 0.005  # two reads this close found parts of the same burst, not beacons that come often
+# A peer whose beacons come this much faster than the tower's slot (its beacon/interval) has each one
+# relayed as it comes: held for the slot, its beacons would reach the others less often than it sends them.
+_FAST = 0.9
 
 
 @dataclass(eq=False)
@@ -43,6 +48,9 @@ class _Known:
     expires: float
     key: tuple[bytes | str | None, ...]  # its entry in TowerState._relay
     out: list[list[bytes]] = field(default_factory=list)  # what each of its beacons is published as
+    seen: float = 0.0  # when its last beacon came
+    hold: float = 0.0  # how long its repeated beacons are held, so as to go out at a slot (rfc 5.3)
+    held: bool = False  # one of its beacons waits in TowerState._held
 
     def rescope(self, scopes: list[bytes]) -> None:
         self.scopes = scopes
@@ -57,10 +65,14 @@ class TowerState:
     (and whenever a replay or :meth:`peers` looks), so neither the memory
     nor the cache grows with the peers that ever came and went."""
 
-    def __init__(self, loopback_only: bool, timeout: float, lan_address: str | None) -> None:
+    def __init__(self, loopback_only: bool, timeout: float, lan_address: str | None, slot: float = 0.0) -> None:
         self.loopback_only = loopback_only
         self.timeout = timeout
         self.lan_address = lan_address
+        # Repeated beacons go out together once per slot (seconds; 0: each as it comes): see _hold.
+        self.slot = slot
+        self._held: list[tuple[float, int, _Known]] = []  # (when it goes out, n, peer)
+        self._holds = 0
         self.known: dict[str, _Known] = {}
         # (sender, host, port[, remote address when host is empty]) frames -> what they were relayed as
         self._relay: dict[tuple[bytes | str | None, ...], _Known] = {}
@@ -84,15 +96,60 @@ class TowerState:
         key: tuple[bytes | str | None, ...] = (*frames[1:], peer_address) if len(frames) == 4 and not frames[2] \
             else tuple(frames[1:])
         known = self._relay.get(key)
-        if known is None or len(frames) != 4 or frames[0] != proto.BEACON:
+        repeated = known is not None and len(frames) == 4 and frames[0] == proto.BEACON
+        if not repeated:
             known = self._learn(frames, key, peer_address, now)
             if known is None:
                 return []
+        assert known is not None
+        period = now - known.seen
+        known.seen = now
         known.expires = now + self.timeout
         self.relayed += 1
         if now >= self._next_sweep:
             self.sweep(now)
-        return known.out
+        if not repeated or not self.slot:
+            return known.out
+        if known.held:
+            return []  # the one held goes out with the same frames
+        hold = self._hold(known, period, now)
+        if hold <= 0.0:
+            return known.out
+        known.held = True
+        self._holds += 1
+        heapq.heappush(self._held, (now + hold, self._holds, known))
+        return []
+
+    def _hold(self, known: _Known, period: float, now: float) -> float:
+        """How long to hold a repeated beacon of ``known``, which came ``period`` after its previous one.
+
+        Repeated beacons go out at slot boundaries (multiples of ``slot`` on the monotonic clock), so that
+        a listener gets every peer's in one burst, one wake-up a slot, instead of one wake-up each.  Each
+        peer's hold is what separates its beacons' arrival from the next boundary: constant while the
+        peer beacons at its pace, so its beacons go out as often as it sends them.  The hold grows by at
+        most a quarter of the peer's period from one beacon to the next (the only time a listener waits
+        longer than a period between two of them, by that quarter at most); it shrinks at once."""
+        if period < _FAST * self.slot:
+            known.hold = 0.0
+            return 0.0
+        target = -now % self.slot
+        known.hold = min(target, known.hold + period / 4)
+        return known.hold
+
+    def release(self, now: float) -> list[list[bytes]]:
+        """The held beacons whose time has come, as messages to publish."""
+        out: list[list[bytes]] = []
+        held = self._held
+        while held and held[0][0] <= now:
+            _, _, known = heapq.heappop(held)
+            known.held = False
+            if self.known.get(known.sender) is known:  # not replaced by a new beacon of the sender, nor gone
+                out.extend(known.out)
+        return out
+
+    def next_release(self) -> float | None:
+        """When :meth:`release` next has something to send."""
+        return self._held[0][0] if self._held else None
 
     def _learn(self, frames: list[bytes], key: tuple[bytes | str | None, ...], peer_address: str | None,
                now: float) -> _Known | None:
@@ -181,6 +238,7 @@ class Tower:
             loopback_only,
             self.config["beacon/timeout"] / 1000.0,
             None if loopback_only else net.first_non_loopback_ipv4(),
+            slot=self.config["beacon/interval"] / 1000.0,
         )
         self._xsub = self._ctx.socket(zmq.XSUB)
         self._xpub = self._ctx.socket(zmq.XPUB)
@@ -254,24 +312,40 @@ class Tower:
         listeners.register(self._wake, zmq.POLLIN)
         next_read = 0.0
         last_found = float("-inf")  # the last read that found beacons
+        state = self.state
         try:
             while not self._stop.is_set():
                 # See _READ_EVERY: listeners are served meanwhile; otherwise the socket wakes the loop.
-                wait = next_read - time.monotonic()
+                now = time.monotonic()
+                wait = next_read - now
+                release = state.next_release()
+                until_release = None if release is None else max(0, int((release - now) * 1000) + 1)
                 if wait > 0:
-                    ready = dict(listeners.poll(int(wait * 1000) + 1))
+                    timeout = int(wait * 1000) + 1
+                    ready = dict(listeners.poll(timeout if until_release is None else min(timeout, until_release)))
                 else:
-                    ready = dict(everything.poll())
+                    ready = dict(everything.poll(until_release))
                 if self._xpub in ready:
                     self._on_subscriptions()
                 if self._xsub in ready or (wait > 0 and time.monotonic() >= next_read):
                     if self._on_beacons():
                         now = time.monotonic()
-                        if now - last_found < _READ_EVERY:
+                        if _SAME_BURST < now - last_found < _READ_EVERY:
                             next_read = now + _READ_EVERY  # beacons come faster than that: batch them
                         last_found = now
+                if release is not None and time.monotonic() >= release:
+                    self._release()
         finally:
             self._close()
+
+    def _release(self) -> None:
+        """Publish the held beacons whose slot has come (rfc 5.3)."""
+        send = self._xpub.send
+        with self._lock:
+            for out in self.state.release(time.monotonic()):
+                send(out[0], zmq.SNDMORE)
+                send(out[1], zmq.SNDMORE)
+                send(out[2])
 
     def _on_subscriptions(self) -> None:
         """New listeners get the live peers' beacons at once (rfc 5.5).  A
