@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 FETCH_CHUNK = 100_000  # at most this many records asked for in one FETCH
 FETCH_MAX_BYTES = 8 * 1024 * 1024  # ...and about this much (see dafka.inflight)
 MAX_BUFFERED = 100_000  # out-of-order records kept per partition
+REACK_EVERY = 32  # at most this many HEADs between two re-ACKs of the same sequence
 
 
 class Partition:
@@ -51,7 +52,7 @@ class Partition:
         "head", "written", "known_head", "pending",
         "fetch_seq", "fetch_end", "fetched_at", "progress_at", "tick_head", "tail_hint",
         "batch_first", "batch_bytes", "stamp_first", "stamp_last", "stamp_start_ms", "stamp_bytes",
-        "total_bytes", "record_size", "compacted", "heard", "floor",
+        "total_bytes", "record_size", "compacted", "heard", "floor", "reacked", "reack_every", "heads_since",
     )
 
     def __init__(self, subject: str, address: str, head: int = -1) -> None:
@@ -84,6 +85,10 @@ class Partition:
         # Every record below this sequence was deleted (by retention or compaction, in this process): seeks start
         # here, not at the partition's first key, which would walk LevelDB over each deleted key's tombstone.
         self.floor = 0
+        # Re-ACKs on HEAD (see _on_head): the sequence last re-ACKed, and every how many HEADs it is said again.
+        self.reacked = -1
+        self.reack_every = 1
+        self.heads_since = 0
 
     def __repr__(self) -> str:
         return f"<Partition {self.subject}/{self.address} head={self.head} written={self.written}>"
@@ -344,10 +349,17 @@ class WriterState(RecordIntake):
         if seq > p.known_head:
             p.known_head = seq
         if p.written >= 0:
-            # Re-ACK what is written: an ACK lost to a crash or a late
-            # connection would otherwise never be repeated.
-            self.out.append([p.ack_prefix + min(p.written, seq).to_bytes(8, "big")])
-            self.acks_sent += 1
+            # Re-ACK what is written: an ACK lost to a crash or a late connection would otherwise never be
+            # repeated.  Something new is re-ACKed at the first HEAD; the same again after 2, 4, ... up to
+            # REACK_EVERY HEADs: an idle producer is not woken every HEAD to hear what it knows.
+            acked = min(p.written, seq)
+            p.heads_since += 1
+            if acked != p.reacked or p.heads_since >= p.reack_every:
+                p.reack_every = 2 if acked != p.reacked else min(2 * p.reack_every, REACK_EVERY)
+                p.reacked = acked
+                p.heads_since = 0
+                self.out.append([p.ack_prefix + acked.to_bytes(8, "big")])
+                self.acks_sent += 1
         if self.failed is None:
             self._request(p)
 

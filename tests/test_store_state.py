@@ -212,6 +212,30 @@ def test_head_fetches_what_is_missing():
     assert decoded_out(state) == [proto.AckMsg(P, "hello", 9)]  # nothing to fetch
 
 
+def test_an_idle_partitions_heads_are_re_acked_less_and_less_often():
+    """A HEAD re-ACKs what is written (an ACK lost would never be repeated otherwise): at once when there
+    is something new, then after 2, 4, ... up to REACK_EVERY HEADs of the same, so that an idle
+    producer is not woken each HEAD to hear what it knows."""
+    from dafka.store.writer_state import REACK_EVERY
+
+    state = WriterState(W)
+    feed(state, *range(10))
+    write(state)
+    decoded_out(state)
+    acked_at = []
+    for n in range(200):
+        state.on_frames(head(9))
+        if decoded_out(state) == [proto.AckMsg(P, "hello", 9)]:
+            acked_at.append(n)
+    assert acked_at[:6] == [0, 2, 6, 14, 30, 62]
+    assert all(b - a == REACK_EVERY for a, b in zip(acked_at[5:], acked_at[6:]))
+    feed(state, 10)
+    write(state)
+    decoded_out(state)
+    state.on_frames(head(10))
+    assert decoded_out(state) == [proto.AckMsg(P, "hello", 10)], "something new: re-ACKed at the first HEAD"
+
+
 def test_fetch_is_repeated_only_without_progress():
     state = WriterState(W, fetch_retry=1.0)
     state.tick(0.0)
