@@ -44,12 +44,15 @@ _READ_EVERY = 0.05
 # Two reads this close (seconds) found parts of the same burst of beacons, not beacons that come often.
 _SAME_BURST = 0.005
 # A dafka-py tower relays repeated beacons together once a slot (rfc 5.3).  A settled beacon sends its
-# own as such a burst comes in, so that one wake-up serves both: one due within _READ_EVERY of a burst
-# goes out with it, and behind dafka-py towers, one due less than this fraction of beacon/interval
-# before the next burst is expected waits for it (and goes out _READ_EVERY after that time if none
-# came).  A beacon never goes out more than _READ_EVERY early, so that a tower never sees a peer beacon
-# faster than its interval; it waits at most this fraction of one, once, to fall in step.
+# own as such a burst comes in, so that one wake-up serves both.  One due within _ADVANCE of an interval
+# after a burst goes out with it: never so early that a tower takes the peer for one that beacons faster
+# than the slot (0.9 of it).  Behind dafka-py towers, one due at most _POSTPONE of an interval before the
+# next burst is expected waits for it (or goes out _READ_EVERY after that time if none came); one due in
+# between is out of step, and beacons _DRIFT times slower until it falls within _POSTPONE: a listener
+# waits at most 1.5 intervals for a beacon, once, while a peer falls in step, 1.1 while it drifts.
+_ADVANCE = 0.09
 _POSTPONE = 0.5
+_DRIFT = 1.1
 
 
 class PeerEvent(NamedTuple):
@@ -392,7 +395,7 @@ class Beacon:
                         last_found = now
                         if settled:
                             last_burst = now
-                            if postponed or next_beacon - now <= _READ_EVERY:
+                            if postponed or next_beacon - now <= _ADVANCE * state.interval:
                                 next_beacon = now  # waiting for this burst, or due soon: out with it
                     for event in state.expire(now, _READ_EVERY if settled else 0.0):
                         self._emit(out, event)
@@ -405,7 +408,10 @@ class Beacon:
                         postponed = True
                     else:
                         publisher.send_multipart(self._frames)
-                        next_beacon = now + state.interval
+                        # out of step with the bursts: the next one a little later, until in step (_DRIFT)
+                        drifting = settled and self._replayed.is_set() and \
+                            _ADVANCE * state.interval < now - last_burst < state.interval
+                        next_beacon = now + state.interval * (_DRIFT if drifting else 1.0)
                         postponed = False
                 if not state.welcomed and now >= next_warning:
                     log.warning(
