@@ -399,7 +399,6 @@ def role_group_member(a: argparse.Namespace) -> None:
     cpu = None
     share = 0
     consume = consumer.consume
-    settled = False  # a batch came while its view held every member (--members)
     while True:
         batch = consume(1000, a.idle_stop if first is not None else 120)
         if not batch:
@@ -408,13 +407,7 @@ def role_group_member(a: argparse.Namespace) -> None:
             first, cpu = time.perf_counter(), cpu_seconds()
         count += len(batch)
         last = time.perf_counter()
-        # Its share: what it owned while records came and every member was in its view.  Not at its last
-        # batch, which may come after others stopped and handed their partitions over: beside a CPU hog,
-        # four members reported [1, 1, 4, 4], 10 of 8 partitions, each share taken at another moment.
-        whole = a.members > 0 and consumer.stats().get("group_members") == a.members
-        if whole or not settled:
-            share = len(consumer.assignment())
-            settled = settled or whole
+        share = len(consumer.assignment())  # what it read while records came (not after others left)
     emit({"received": count, "started": first, "finished": last, "partitions": share}, cpu, count)
     consumer.close()
 
@@ -879,7 +872,7 @@ def scenario_groups(members: int, partitions: int, total: int, size: int) -> dic
     total = each * partitions
     try:
         store = c.store(db)
-        procs = [c.spawn("group-member", "--idle-stop", "2", "--members", str(members)) for _ in range(members)]
+        procs = [c.spawn("group-member", "--idle-stop", "2") for _ in range(members)]
         for proc in procs:
             proc.stdout.readline()
         time.sleep(1.0)  # the members see each other and settle (join_wait 200 ms)
@@ -1249,7 +1242,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--linger", type=float, default=0.0)
     ap.add_argument("--stay", action="store_true", help="producer role: after its result, stay until a line on stdin")
     ap.add_argument("--idle-stop", type=float, default=2.0, help="group-member role: stop after this long without records")
-    ap.add_argument("--members", type=int, default=0, help="group-member role: the group's size, for its share")
     ap.add_argument("--group-members", default="1,2,4", help="member counts of the consumer group scenario")
     a = ap.parse_args(argv)
     if a.role:
