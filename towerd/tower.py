@@ -48,7 +48,6 @@ class _Known:
     expires: float
     key: tuple[bytes | str | None, ...]  # its entry in TowerState._relay
     out: list[list[bytes]] = field(default_factory=list)  # what each of its beacons is published as
-    seen: float = 0.0  # when its last beacon came
     hold: float = 0.0  # how long its repeated beacons are held, so as to go out at a slot (rfc 5.3)
     held: bool = False  # one of its beacons waits in TowerState._held
 
@@ -102,8 +101,7 @@ class TowerState:
             if known is None:
                 return []
         assert known is not None
-        period = now - known.seen
-        known.seen = now
+        period = now - (known.expires - self.timeout)  # since its previous beacon
         known.expires = now + self.timeout
         self.relayed += 1
         if now >= self._next_sweep:
