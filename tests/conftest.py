@@ -19,7 +19,7 @@ logging.getLogger("dafka").setLevel(logging.DEBUG)
 
 # Tests that start first in a parallel run (pytest-xdist hands tests out in collection order): the longest,
 # so that none of them is left to run alone at the end.
-_LONGEST_FIRST = ("soak", "slow", "nemesis", "spark", "cdc", "mirror", "faults")
+_LONGEST_FIRST = ("soak", "slow", "nemesis", "cdc", "mirror", "faults")
 
 
 def pytest_addoption(parser):
@@ -30,22 +30,24 @@ def pytest_addoption(parser):
              "Without it, every test runs.")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers
+def _is_serial(item) -> bool:
+    """Marked serial, or a Spark test.  Every query Spark plans from a Python data source starts a Python
+    worker that must connect back to the JVM within Spark's fixed 10 s (PythonWorkerFactory.createSimpleWorker,
+    pyspark 4.x, not configurable).  Beside three busy xdist workers on two cores it did not, even with one Spark
+    JVM at a time (CI, 2026-11-28: "Python worker failed to connect back", test_cdc.py's streaming query).  Alone,
+    the worker connects in under a second.  The soak runs its own Spark query beside its own load on purpose,
+    and restarts it when the worker misses the 10 s (soak.py)."""
+    return item.get_closest_marker("serial") is not None or item.get_closest_marker("spark") is not None
+
+
+@pytest.hookimpl(tryfirst=True)  # the phase deselects before pytest-xdist hands tests out
 def pytest_collection_modifyitems(config, items):
     phase = config.getoption("--phase")
     if phase is not None:
-        keep = [item for item in items if (item.get_closest_marker("serial") is not None) == (phase == "serial")]
+        keep = [item for item in items if _is_serial(item) == (phase == "serial")]
         config.hook.pytest_deselected(items=[item for item in items if item not in keep])
         items[:] = keep
     if phase == "parallel":
-        for item in items:
-            if item.get_closest_marker("spark") is not None or item.get_closest_marker("soak") is not None:
-                # One Spark JVM at a time (tox's --dist loadgroup): a query's Python worker must connect back
-                # to the JVM within Spark's fixed 10 s, and beside three busy workers, more JVMs left them short
-                # of it. The soak runs a Spark query too, and keeps both cores busy for 5 minutes with 13
-                # processes on purpose: a Spark test beside it failed so in CI ("Python worker failed to
-                # connect back", test_cdc.py's streaming query).
-                item.add_marker(pytest.mark.xdist_group("spark"))
         rank = {name: n for n, name in enumerate(_LONGEST_FIRST)}
         items.sort(key=lambda item: min((rank[m.name] for m in item.iter_markers() if m.name in rank),
                                         default=len(rank)))
