@@ -50,7 +50,8 @@ def Connector(pg, db, tower, tmp_path, **kw) -> Running:  # noqa: N802 - reads a
 
 # A separate writer process: transactions of 1-100 row changes over orders and items until its time is up,
 # reconnecting when the server restarts; prints how many transactions committed.  argv: driver (psycopg2 or
-# pymysql), connection (a DSN, or port,database), seed, seconds.
+# pymysql), connection (a DSN, or port,database), seed, seconds, and the transactions it commits at least (it
+# goes on past its time until then: a machine too busy to commit them in time still gets the load a test asks).
 WRITER = r"""
 import random, sys, time
 driver = __import__(sys.argv[1])
@@ -61,9 +62,10 @@ def connect():
     return driver.connect(host="127.0.0.1", port=int(port), user="root", database=database)
 rng = random.Random(int(sys.argv[3])); next_id = 100000
 deadline = time.monotonic() + float(sys.argv[4])
+at_least = int(sys.argv[5])
 conn = None
 transactions = 0
-while time.monotonic() < deadline:
+while time.monotonic() < deadline or transactions < at_least:
     try:
         if conn is None:
             conn = connect()

@@ -151,7 +151,7 @@ def test_kill_9_mid_load_and_a_server_restart_lose_nothing(my, shop, tower, tmp_
 
     try:
         first = connector()
-        writer = processes.python(WRITER, "pymysql", f"{my.port},{shop}", "5", "12")
+        writer = processes.python(WRITER, "pymysql", f"{my.port},{shop}", "5", "12", "21")
         time.sleep(4)
         first.kill()
         first.wait(10)

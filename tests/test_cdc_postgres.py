@@ -117,7 +117,7 @@ def test_kill_9_mid_load_a_store_lost_and_a_postgres_restart_lose_nothing(pg, db
 
     try:
         first = connector()
-        writer = processes.python(WRITER, "psycopg2", pg.dsn(db), "7", "14")
+        writer = processes.python(WRITER, "psycopg2", pg.dsn(db), "7", "14", "21")
         time.sleep(4)
         first.kill()  # SIGKILL, mid-load: transactions are open and unconfirmed
         first.wait(10)
