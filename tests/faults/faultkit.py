@@ -227,7 +227,8 @@ class Cluster:
 
     def producer(self, name: str, topic: str, *, count: int = 0, rate: float = 0, size: int = 0,
                  hold: bool = False, wait_peers: int = 0, close_timeout: float = 30.0,
-                 start_file: Path | None = None, **config) -> Role:
+                 start_file: Path | None = None, pause_at: int = -1, resume_file: Path | None = None,
+                 **config) -> Role:
         log = self.dir / f"{name}.producer.log"
         args = ["--topic", topic, "--log", str(log), "--count", str(count), "--rate", str(rate),
                 "--size", str(size), "--wait-peers", str(wait_peers), "--close-timeout", str(close_timeout),
@@ -236,6 +237,8 @@ class Cluster:
             args.append("--hold")
         if start_file is not None:
             args += ["--start-file", str(start_file)]
+        if resume_file is not None:
+            args += ["--pause-at", str(pause_at), "--resume-file", str(resume_file)]
         role = self._start("producer", name, args, log)
         role.wait_ready()
         return role

@@ -161,6 +161,11 @@ def run_producer(args) -> int:
     started = time.monotonic()
     i = 0
     while (args.count <= 0 or i < args.count) and not stop:
+        if i == args.pause_at and args.resume_file:
+            paused = time.monotonic()
+            while not os.path.exists(args.resume_file) and not stop:
+                time.sleep(0.02)
+            started += time.monotonic() - paused  # the rate goes on from the resume
         if args.rate > 0:
             ahead = i / args.rate - (time.monotonic() - started)
             if ahead > 0:
@@ -293,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait-peers", type=int, default=0, help="wait (up to 20 s) for this many peers first")
     p.add_argument("--hold", action="store_true", help="after sending, stay until SIGTERM")
     p.add_argument("--start-file", help="send nothing until this file exists")
+    p.add_argument("--pause-at", type=int, default=-1, help="having sent this many records, wait for --resume-file")
+    p.add_argument("--resume-file", help="see --pause-at")
     p.add_argument("--close-timeout", type=float, default=30.0)
 
     c = sub.add_parser("consumer", parents=[common])

@@ -183,12 +183,17 @@ def test_a_consumer_group_fails_over_across_the_link_at_its_mirrored_commits(lin
     try:
         towers = [a.tower("ta", 5556, 5557, host=link.address["a"]), b.tower("tb", 5556, 5557, host=link.address["b"])]
         stores = {"sa": a.store("sa"), "sb": b.store("sb")}
-        producer = a.producer("p", TOPIC, count=8_000, rate=2_000, size=100, wait_peers=1)
+        # The producer waits at 3,000 records until site A's member has left, however busy the machine is: the
+        # member must leave a part of the partition unread, for site B's member to take over from its commit.
+        resume = tmp_path / "resume"
+        producer = a.producer("p", TOPIC, count=8_000, rate=2_000, size=100, wait_peers=1, pause_at=3_000,
+                              resume_file=resume)
         mirror = _mirror(link, tmp_path, "a", "b", "a-to-b", "--topic", TOPIC, "--prefix", "__dafka_offsets.",
                          "--scan-interval-ms", "500", runs=runs)
         member = a.consumer("g", TOPIC, group="billing")
         wait_for(lambda: len(a.delivered("g")) >= 3_000, 60, interval=0.1, what="the group reads on site A")
         assert member.stop() == 0  # site A's member leaves; it commits what it returned
+        resume.touch()
         assert producer.wait_exit(120) == 0, producer.tail()
         expected = acked_keys(producer)
         read_on_a = a.delivered("g")
