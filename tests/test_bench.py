@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -24,10 +25,21 @@ TINY = ["--records", "2000", "--catchup-records", "2000", "--hold-records", "200
 def bench(tmp_path, *args: str) -> tuple[dict, str]:
     """Run bench/run.py with tiny counts; its JSON results and what it printed."""
     out = tmp_path / "results.json"
-    done = subprocess.run([sys.executable, "-P", str(BENCH), *TINY, *args, "--json", str(out)],
-                          capture_output=True, text=True, timeout=560, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(out.read_text()), done.stdout
+    # In a session of its own: a run that times out is killed with every process it started (the stores and
+    # producers of its clusters), not only the orchestrator.
+    run = subprocess.Popen([sys.executable, "-P", str(BENCH), *TINY, *args, "--json", str(out)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                           start_new_session=True)
+    try:
+        stdout, stderr = run.communicate(timeout=560)
+    finally:
+        try:
+            os.killpg(run.pid, signal.SIGKILL)  # what a finished run left behind, or the whole timed-out run
+        except ProcessLookupError:
+            pass
+        run.wait(10)
+    assert run.returncode == 0, stderr[-3000:]
+    return json.loads(out.read_text()), stdout
 
 
 # One test per part of the run, so that a parallel run spreads them over its workers.
@@ -55,10 +67,12 @@ def test_benchmark_runs_and_reports_every_scenario(tmp_path):
     assert results["hold"]["buffered"] == 2000
     assert sorted(results["partitions"]) == ["1", "8"]
     for members, group in results["groups"].items():
-        # every record reached the group (a few twice, at most, while the members' views settle), and no
-        # member read more than its share of the 8 partitions
+        # every record reached the group (a few twice, at most, while the members' views settle), and the run
+        # reports each member's partitions.  Not that each read at most its share: 2,000 records are read within
+        # the members' join on a busy machine, where a member that has not heard the others yet reads every
+        # partition (rfc 14.4); test_groups.py checks the shares once the views settle.
         assert group["records"] == 2000 and 2000 <= group["received"] <= 2100, (members, group["received"])
-        assert max(group["shares"]) <= -(-8 // int(members)), group["shares"]  # nobody above its share
+        assert len(group["shares"]) == int(members) and all(0 <= n <= 8 for n in group["shares"]), group
     for process, cpu in run["direct"]["cpu_us"].items():
         assert cpu is not None and cpu > 0, process
 
