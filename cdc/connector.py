@@ -25,6 +25,12 @@ class CdcError(Exception):
     """A problem the user must fix; the message names the setting."""
 
 
+class ServerUnavailable(CdcError):
+    """The database server is not there for now: it refuses connections, is shutting down or starting up,
+    or dropped ours.  Unlike a setting to fix, the connector tries again (with a warning each time), whether
+    it is starting or streaming: a server restart never stops a connector."""
+
+
 @dataclass
 class Stats:
     changes: int = 0
@@ -210,11 +216,30 @@ class Capture:
         """Blocks until :meth:`stop` (another thread, a signal handler); raises :class:`CdcError` for what the
         user must fix."""
         try:
-            self._check()
+            if not self._check_until_up():
+                return
             self.out.open(self.source.tables)
             self._capture()
         finally:
             self.out.close()
+
+    def _check_until_up(self) -> bool:
+        """:meth:`_check`, again while the server is unavailable; False if stopped meanwhile."""
+        backoff = 0.5
+        while True:
+            try:
+                self._check()
+                return True
+            except ServerUnavailable as exc:
+                self.stats.reconnects += 1
+                log.warning("cdc: %s; trying again in %.1f s", exc, backoff)
+                if self._stopped_within(backoff):
+                    return False
+                backoff = min(backoff * 2, 10.0)
+
+    def _stopped_within(self, seconds: float) -> bool:
+        """Wait up to ``seconds``; True as soon as :meth:`stop` was called."""
+        raise NotImplementedError
 
     def stop(self) -> None:
         raise NotImplementedError

@@ -34,11 +34,14 @@ from urllib.parse import unquote, urlparse
 from dafka.config import Config
 
 from .binlog import BinlogState, file_of, position
-from .connector import SEND_BATCH, Capture, CdcError, StateFile
+from .connector import SEND_BATCH, Capture, CdcError, ServerUnavailable, StateFile
 
 log = logging.getLogger(__name__)
 
 SAVE_INTERVAL = 1.0  # seconds between saves of the acked position at the most
+# The client's and server's error codes of a server that is not there for now (refused, gone away, lost,
+# shutting down, too many connections): tried again.  Any other (access denied, unknown database) is fatal.
+_SERVER_AWAY = frozenset({1040, 1053, 2002, 2003, 2006, 2013, 2055})
 
 
 @dataclass
@@ -102,18 +105,25 @@ class MysqlCapture(Capture):
             except OSError:
                 pass  # already gone
 
+    def _stopped_within(self, seconds: float) -> bool:
+        return self._stopping.wait(seconds)
+
     def _capture(self) -> None:
-        self._resume_at = self._start_position()
+        started = False
         while not self._stopping.is_set():
             try:
+                if not started:  # the saved position, or a bootstrap (read again whole if the server went away)
+                    self._resume_at = self._start_position()
+                    started = True
                 self._replicate(self._resume_at)
             except Exception as exc:  # noqa: BLE001 - reconnect on a lost server, stop on ours
                 if self._stopping.is_set():
                     break
-                if isinstance(exc, CdcError):
+                if isinstance(exc, CdcError) and not isinstance(exc, ServerUnavailable):
                     raise
                 self.stats.reconnects += 1
-                log.warning("cdc: binlog connection lost (%s); reconnecting at %s:%d", exc, *self._resume_at)
+                where = "at %s:%d" % self._resume_at if started else "to start"
+                log.warning("cdc: connection to MySQL lost (%s); reconnecting %s", exc, where)
                 self._stopping.wait(1.0)
 
     # -- checks ------------------------------------------------------------------
@@ -126,7 +136,8 @@ class MysqlCapture(Capture):
             conn = pymysql.connect(host=c["host"], port=c["port"], user=c["user"], password=c["password"],
                                    autocommit=True, init_command="SET time_zone = '+00:00'", **extra)
         except pymysql.err.OperationalError as exc:
-            raise CdcError(f"cannot connect to MySQL (--dsn): {exc.args[-1]}") from exc
+            why = CdcError if exc.args and exc.args[0] not in _SERVER_AWAY else ServerUnavailable
+            raise why(f"cannot connect to MySQL (--dsn): {exc.args[-1]}") from exc
         return conn
 
     def _preflight(self, conn: Any) -> None:

@@ -39,13 +39,17 @@ from dafka.config import Config
 
 from . import pgoutput
 from .capture import CaptureState
-from .connector import SEND_BATCH, Capture, CdcError, StateFile
+from .connector import SEND_BATCH, Capture, CdcError, ServerUnavailable, StateFile
 
 log = logging.getLogger(__name__)
 
 # Sessions read times in UTC and ISO format, bytea in hex, floats exactly (dafka.cdc.types).
 SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c extra_float_digits=3"
 FEEDBACK_INTERVAL = 1.0  # seconds between status updates to the server at the most
+# What libpq says when the server is not there for now (refused, shutting down, starting up, recovering, too
+# many clients, dropped us): tried again.  Anything else (authentication, a database that does not exist) is fatal.
+_SERVER_AWAY = ("Connection refused", "the database system is", "server closed the connection",
+                "too many clients", "timeout expired", "Is the server running")
 SNAPSHOT_FETCH = 10_000  # rows per round trip of the bootstrap's cursor
 
 
@@ -122,6 +126,12 @@ class PostgresCapture(Capture):
     def stop(self) -> None:
         self._stopping = True
 
+    def _stopped_within(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while not self._stopping and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self._stopping
+
     @property
     def label(self) -> str:
         """What the metrics call this connector: its slot."""
@@ -141,7 +151,8 @@ class PostgresCapture(Capture):
             conn = pg.connect(self.source.dsn, **kwargs)
         except pg.OperationalError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise CdcError(f"cannot connect to PostgreSQL (--dsn): {first}") from exc
+            why = ServerUnavailable if any(text in str(exc) for text in _SERVER_AWAY) else CdcError
+            raise why(f"cannot connect to PostgreSQL (--dsn): {first}") from exc
         if not replication:
             conn.autocommit = True
         return conn
@@ -313,12 +324,14 @@ class PostgresCapture(Capture):
     def _stream(self) -> None:
         backoff = 0.5
         while not self._stopping:
-            repl = self._connect(replication=True)
+            repl = None
             try:
+                repl = self._connect(replication=True)
                 self._prepare_slot(repl)
                 self._replicate(repl)
                 return
-            except (self._pg.OperationalError, self._pg.InterfaceError, self._pg.DatabaseError) as exc:
+            except (ServerUnavailable, self._pg.OperationalError, self._pg.InterfaceError,
+                    self._pg.DatabaseError) as exc:
                 # (a server shutting down ends the COPY stream: psycopg2 says "no COPY in progress")
                 if self._stopping:
                     return
@@ -328,19 +341,18 @@ class PostgresCapture(Capture):
                 self.state.reset()
             finally:
                 try:
-                    repl.close()
+                    if repl is not None:
+                        repl.close()
                 except Exception:  # noqa: BLE001 - already broken
                     pass
-            deadline = time.monotonic() + backoff
-            while not self._stopping and time.monotonic() < deadline:
-                time.sleep(0.05)
+            self._stopped_within(backoff)
             backoff = min(backoff * 2, 10.0)
             while not self._stopping:
                 try:
                     self._connect().close()
                     break
-                except CdcError:
-                    time.sleep(min(backoff, 1.0))
+                except ServerUnavailable:
+                    self._stopped_within(min(backoff, 1.0))
 
     def _replicate(self, repl: Any) -> None:
         src, state, rule, stats = self.source, self.state, self.rule, self.stats

@@ -129,3 +129,28 @@ def consume_into(tower, topic: str, state: TableState, until, timeout: float = 3
             if until(state, changes):
                 return changes
     raise AssertionError(f"consumer did not get there in {timeout}s: {len(changes)} changes, {state.tables.keys()}")
+
+
+def assert_waits_for_the_server(capture) -> None:
+    """A connector whose server refuses connections tries again (reconnects counted) until it is stopped,
+    and then returns: a server restart at any moment never stops a connector (connector.ServerUnavailable)."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            capture.run()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while capture.stats.reconnects < 2 and not errors and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not errors, errors
+        assert capture.stats.reconnects >= 2 and thread.is_alive()
+    finally:
+        capture.stop()
+        thread.join(15)
+    assert not thread.is_alive() and not errors, errors

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from cdchelpers import WRITER, Running, assert_same, consume_into
+from cdchelpers import WRITER, Running, assert_same, assert_waits_for_the_server, consume_into
 from dafka.cdc.apply import TableState, key_of
 from dafka.cdc.binlog import KINDS, json_value
 from dafka.cdc.connector import CdcError
@@ -129,8 +129,11 @@ def test_bad_inputs_each_name_what_to_fix(my, shop, tower, store, tmp_path):
         run(tables=[f"{shop}.nope"])
     with pytest.raises(CdcError, match="name it with its database"):
         run(tables=["orders"])
-    with pytest.raises(CdcError, match=r"cannot connect to MySQL \(--dsn\)"):
-        run(dsn="mysql://nobody@127.0.0.1:1/")
+    with pytest.raises(CdcError, match=r"cannot connect to MySQL \(--dsn\): Access denied for user 'nobody'"):
+        run(dsn=f"mysql://nobody@127.0.0.1:{my.port}/")
+    # a server that refuses connections (down, restarting) is waited for, not a reason to stop
+    assert_waits_for_the_server(MysqlCapture(MysqlSource("mysql://root@127.0.0.1:1/", [f"{shop}.orders"], "x",
+                                                         state_dir=str(tmp_path)), loopback_config(tower)))
     my.sql("CREATE USER IF NOT EXISTS 'weak'@'%'")
     my.sql(f"GRANT SELECT ON {shop}.* TO 'weak'@'%'")
     with pytest.raises(CdcError, match="may not read the binlog: GRANT REPLICATION SLAVE, REPLICATION CLIENT"):

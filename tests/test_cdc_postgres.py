@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cdchelpers import WRITER, Connector, assert_same, consume_into, table_rows
+from cdchelpers import WRITER, Connector, assert_same, assert_waits_for_the_server, consume_into, table_rows
 from dafka.cdc.apply import TableState, key_of
 from dafka.cdc.postgres import CdcError, PostgresCapture, PostgresSource
 from dafka.store import Store
@@ -84,8 +84,12 @@ def test_bad_inputs_each_name_what_to_fix(pg, db, tower, store, tmp_path):
     pg.sql("CREATE ROLE weak LOGIN", dbname=db)
     with pytest.raises(CdcError, match="role weak may not replicate: ALTER ROLE weak REPLICATION"):
         run(dsn=pg.dsn(db, user="weak"))
-    with pytest.raises(CdcError, match=r"cannot connect to PostgreSQL \(--dsn\)"):
+    with pytest.raises(CdcError, match=r"cannot connect to PostgreSQL \(--dsn\): .*\"nosuchdb\" does not exist"):
         run(dsn=f"host=127.0.0.1 port={pg.port} dbname=nosuchdb user=postgres")
+    # a server that refuses connections (down, restarting) is waited for, not a reason to stop
+    assert_waits_for_the_server(PostgresCapture(PostgresSource("host=127.0.0.1 port=1 dbname=x user=postgres",
+                                                               ["orders"], "x", state_dir=str(tmp_path)),
+                                                loopback_config(tower)))
     pg.sql("SELECT pg_create_logical_replication_slot('dafka_busy', 'pgoutput')", dbname=db)
     import psycopg2
     import psycopg2.extras
