@@ -62,6 +62,9 @@ RECORDS = b"S"
 # ...and the heartbeat of a consumer group's member (rfc section 14), which only the members of
 # its group (``J<group>`` NUL) and observers of every group (``J``) subscribe to.
 GROUP_MEMBER = b"J"
+# ...and the heartbeat of a store placing partitions with store/replicas (rfc section 16), which only other
+# dafka-py store writers (``Y`` NUL) and ``dafka status`` subscribe to.
+STORE_MEMBER = b"Y"
 
 # Tower / beacon frames.
 BEACON = b"B"
@@ -297,6 +300,23 @@ class GroupMemberMsg:
     leaving: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class StoreMemberMsg:
+    """STORE-MEMBER (extension, rfc section 16): a sharded store's heartbeat.
+    address = its writer's address, ``store`` its persistent identity, ``reader``
+    its reader's address; ``filling`` the partitions (subject, address) it owns
+    and has not yet filled up to their heads; ``leaving`` set in its last one."""
+
+    address: str
+    store: str
+    rack: str = ""
+    replicas: int = 0
+    reader: str = ""
+    filling: tuple[tuple[str, str], ...] = ()
+    leaving: bool = False
+    topic: str = ""  # always empty: every store hears every store
+
+
 Message = Union[
     RecordMsg,
     DirectRecordMsg,
@@ -312,6 +332,7 @@ Message = Union[
     DirectPartitionsMsg,
     RecordsMsg,
     GroupMemberMsg,
+    StoreMemberMsg,
 ]
 
 MESSAGE_IDS: dict[type, bytes] = {
@@ -329,6 +350,7 @@ MESSAGE_IDS: dict[type, bytes] = {
     DirectPartitionsMsg: DIRECT_PARTITIONS,
     RecordsMsg: RECORDS,
     GroupMemberMsg: GROUP_MEMBER,
+    StoreMemberMsg: STORE_MEMBER,
 }
 
 
@@ -430,6 +452,21 @@ def encode(msg: Message) -> list[bytes]:
         for entry in msg.entries:
             parts.append(_string(entry.subject, "subject") + _string(entry.address, "address")
                          + _u64(entry.offset, "offset") + _u8(entry.state, "entry state"))
+        return [b"".join(parts)]
+    if isinstance(msg, StoreMemberMsg):
+        if msg.topic:
+            raise ValueError("STORE-MEMBER has an empty topic")
+        parts = [
+            _header(STORE_MEMBER, ""),
+            _string(msg.address, "address"),
+            bytes((1 if msg.leaving else 0,)),
+            _string(msg.store, "store"),
+            _string(msg.rack, "rack"),
+            _u8(msg.replicas, "replicas"),
+            _string(msg.reader, "reader"),
+            _u32(len(msg.filling), "filling count"),
+        ]
+        parts.extend(_string(subject, "subject") + _string(address, "address") for subject, address in msg.filling)
         return [b"".join(parts)]
     if isinstance(msg, DirectRecordsMsg):  # RecordsMsg too
         count = msg.count
@@ -636,6 +673,8 @@ def decode(frames: Sequence[bytes]) -> Message:
         return ConsumerHelloMsg(topic, address, subjects)
     if msg_id == GROUP_MEMBER:
         return _decode_group_member(r, topic)
+    if msg_id == STORE_MEMBER:
+        return _decode_store_member(r, topic)
     address = r.string("address")
     r.end()
     if msg_id == GET_HEADS:
@@ -694,6 +733,25 @@ def _decode_group_member(r: _Reader, topic: str) -> GroupMemberMsg:
     return GroupMemberMsg(topic, address, subjects, tuple(entries), bool(flags))
 
 
+def _decode_store_member(r: _Reader, topic: str) -> StoreMemberMsg:
+    if topic:
+        raise MalformedMessage("STORE-MEMBER with a topic")
+    address = r.string("address")
+    (flags,) = r.take(1, "flags")
+    if flags > 1:
+        raise MalformedMessage(f"STORE-MEMBER flags {flags}, expected 0 or 1")
+    store = r.string("store")
+    rack = r.string("rack")
+    (replicas,) = r.take(1, "replicas")
+    reader = r.string("reader")
+    count = r.u32("filling count")
+    if count > (len(r.buf) - r.pos) // 2:  # each entry takes at least 1 + 1 bytes
+        raise MalformedMessage(f"frame truncated in filling: {count} entries announced")
+    filling = tuple((r.string("subject"), r.string("address")) for _ in range(count))
+    r.end()
+    return StoreMemberMsg(address, store, rack, replicas, reader, filling, bool(flags))
+
+
 _NAMES = {
     RECORD: "RECORD",
     DIRECT_RECORD: "DIRECT-RECORD",
@@ -709,6 +767,7 @@ _NAMES = {
     DIRECT_PARTITIONS: "DIRECT-PARTITIONS",
     RECORDS: "RECORDS",
     GROUP_MEMBER: "GROUP-MEMBER",
+    STORE_MEMBER: "STORE-MEMBER",
 }
 
 

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -212,6 +213,38 @@ def test_decode_damaged_group_member(msg, at, garbage):
             assert isinstance(proto.decode([damaged]), proto.Message.__args__)
         except proto.MalformedMessage:
             pass
+
+
+store_members = st.builds(proto.StoreMemberMsg, strings, strings, strings, st.integers(0, 255), strings,
+                          st.lists(st.tuples(strings, strings), max_size=8).map(tuple), st.booleans())
+
+
+@ROUND_TRIP
+@given(store_members)
+@example(proto.StoreMemberMsg("", ""))
+@example(proto.StoreMemberMsg("W" * 32, "S" * 32, "rack-a", 2, "R" * 32, (("orders", "P" * 32),), leaving=True))
+def test_store_member_round_trip(msg):
+    _round_trip(msg)
+
+
+@given(store_members, st.integers(0, 400), st.binary(min_size=1, max_size=4))
+def test_decode_damaged_store_member(msg, at, garbage):
+    """A STORE-MEMBER cut short, grown or overwritten decodes to a message or raises MalformedMessage."""
+    frame = proto.encode(msg)[0]
+    at = min(at, len(frame))
+    for damaged in (frame[:at], frame + garbage, frame[:at] + garbage + frame[at + len(garbage):]):
+        try:
+            assert isinstance(proto.decode([damaged]), proto.Message.__args__)
+        except proto.MalformedMessage:
+            pass
+
+
+def test_store_member_has_no_topic():
+    with pytest.raises(ValueError, match="empty topic"):
+        proto.encode(proto.StoreMemberMsg("w", "s", topic="orders"))
+    frame = proto.encode(proto.StoreMemberMsg("w", "s"))[0]
+    with pytest.raises(proto.MalformedMessage, match="with a topic"):
+        proto.decode([b"Yx" + frame[1:]])
 
 
 @st.composite
