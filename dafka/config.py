@@ -366,7 +366,8 @@ define("store/bulk", "bool", 1,
 define("store/receive_bytes", "int", 33554432,
        "records the writer lets wait in its receive queue, per connected peer, before libzmq stops reading "
        "that peer (TCP then pushes back to it); libzmq counts messages, so the queue holds "
-       "receive_bytes / 256 KiB of them, the largest a dafka-py peer sends (and at most store/high_watermark)",
+       "receive_bytes / 256 KiB of them, the largest a dafka-py peer sends (and at most store/high_watermark)"
+       "; the writer also keeps at most this much of records that arrived out of order after a gap, all partitions together (with 100 bytes of objects counted each), and drops the rest to fetch them again",
        minimum=262144, unit="bytes")
 define("store/batch_bytes", "int", 4194304,
        "record contents the writer gathers into one LevelDB write before it writes and ACKs them",

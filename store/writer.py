@@ -73,7 +73,7 @@ class Writer(RoleThread):
         self._written_since_release: float | None = None  # when the last write since the last release was
         if self.idle_release is not None:
             heap.mmap_large_blocks()
-        self.state = WriterState(address, fetch_retry=FETCH_RETRY)
+        self.state = WriterState(address, fetch_retry=FETCH_RETRY, max_pending_bytes=config["store/receive_bytes"])
         self.write_errors = 0
         self.retention_deleted = 0
         self._heads_rounds: list = []  # the pending GET-HEADS rounds' timers

@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 FETCH_CHUNK = 100_000  # at most this many records asked for in one FETCH
 FETCH_MAX_BYTES = 8 * 1024 * 1024  # ...and about this much (see dafka.inflight)
 MAX_BUFFERED = 100_000  # out-of-order records kept per partition
+# What one out-of-order record costs beyond its content: the bytes object's header, the dict's slot and
+# its int key.  The writer bounds the buffer in these bytes (store/receive_bytes, all partitions together).
+PENDING_OVERHEAD = 100
 REACK_EVERY = 32  # at most this many HEADs between two re-ACKs of the same sequence
 
 
@@ -120,6 +123,7 @@ class WriterState(RecordIntake):
         *,
         fetch_retry: float = 1.0,
         max_buffered: int = MAX_BUFFERED,
+        max_pending_bytes: int = 1 << 62,
         fetch_chunk: int = FETCH_CHUNK,
         stamp_span_ms: int = keys.STAMP_SPAN_MS,
     ) -> None:
@@ -127,6 +131,12 @@ class WriterState(RecordIntake):
         self.address = address
         self.fetch_retry = fetch_retry
         self.max_buffered = max_buffered
+        # Out-of-order records of every partition, in bytes with PENDING_OVERHEAD each: a store that falls
+        # behind loses live records on the way (its producer's queue to it overflows), and without a bound in
+        # bytes the records after each gap filled 100,000 per partition while the gap was fetched (+35 MiB
+        # beside a CPU hog, against the README's bound of +20 for store/test_store_memory.py's settings).
+        self.max_pending_bytes = max_pending_bytes
+        self.pending_bytes = 0
         self.fetch_chunk = fetch_chunk
         self.stamp_span_ms = stamp_span_ms
         self.partitions: dict[tuple[str, str], Partition] = {}
@@ -179,8 +189,18 @@ class WriterState(RecordIntake):
             log.debug("store writer %s: new partition %s/%s", self.address, subject, address)
         return p
 
+    def _drop_below(self, p: Partition, end: int) -> None:
+        """Forget the buffered records before ``end``.  An emptied buffer is replaced: a dict keeps the
+        table of its largest size, and one that buffered 100,000 records holds 2.5 MiB of it (issue 26)."""
+        pending = p.pending
+        for stale in [s for s in pending if s < end]:
+            self.pending_bytes -= len(pending.pop(stale)) + PENDING_OVERHEAD
+        if not pending:
+            p.pending = {}
+
     def forget(self, p: Partition) -> None:
         """``p`` was deleted from the database (an expired offsets partition)."""
+        self._drop_below(p, 1 << 64)
         self.partitions.pop((p.subject, p.address), None)
         for prefix in self._record_prefixes_of(p.subject, p.address):
             self.record_prefixes.pop(prefix, None)
@@ -283,10 +303,15 @@ class WriterState(RecordIntake):
             self._stage(p, seq, content)
             self._after_store(p)
             return
-        if seq - p.head <= self.max_buffered and len(p.pending) < self.max_buffered:
+        cost = len(content) + PENDING_OVERHEAD
+        if seq in p.pending:
+            self.duplicates += 1
+        elif seq - p.head <= self.max_buffered and len(p.pending) < self.max_buffered and \
+                self.pending_bytes + cost <= self.max_pending_bytes:
             p.pending[seq] = content
+            self.pending_bytes += cost
         else:
-            self.dropped += 1
+            self.dropped += 1  # fetched again
         self._request(p)
 
     def _on_records(self, p: Partition, msg: proto.DirectRecordsMsg) -> None:
@@ -317,7 +342,7 @@ class WriterState(RecordIntake):
             p.batch_first = start
             self._touched.append(p)
         if p.pending:
-            _drop_below(p, end)
+            self._drop_below(p, end)
         self._after_store(p)
 
     def _stage(self, p: Partition, seq: int, content: bytes) -> None:
@@ -335,10 +360,14 @@ class WriterState(RecordIntake):
         it, and ask for the next window once the current one is done."""
         pending = p.pending
         if pending:
-            pending.pop(p.head, None)  # the same record, buffered earlier
+            same = pending.pop(p.head, None)  # the same record, buffered earlier
+            if same is not None:
+                self.pending_bytes -= len(same) + PENDING_OVERHEAD
             nxt = p.head + 1
             while nxt in pending:
-                self._stage(p, nxt, pending.pop(nxt))
+                content = pending.pop(nxt)
+                self.pending_bytes -= len(content) + PENDING_OVERHEAD
+                self._stage(p, nxt, content)
                 nxt += 1
             if not pending:
                 p.pending = {}  # see _drop_below
@@ -422,7 +451,7 @@ class WriterState(RecordIntake):
             self.address, p.subject, p.address, p.head + 1, oldest - 1, oldest,
         )
         self.skipped += oldest - 1 - p.head
-        _drop_below(p, oldest)
+        self._drop_below(p, oldest)
         p.head = oldest - 1
         if p.known_head < p.head:
             p.known_head = p.head
@@ -485,13 +514,3 @@ class WriterState(RecordIntake):
     def retry_batch(self) -> Batch | None:
         """The batch to write again, if a write failed."""
         return self.failed
-
-
-def _drop_below(p: Partition, end: int) -> None:
-    """Forget the buffered records before ``end``.  An emptied buffer is replaced: a dict keeps the
-    table of its largest size, and one that buffered 100,000 records holds 2.5 MiB of it (issue 26)."""
-    pending = p.pending
-    for stale in [s for s in pending if s < end]:
-        del pending[stale]
-    if not pending:
-        p.pending = {}

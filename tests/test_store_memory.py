@@ -33,7 +33,7 @@ ALLOWANCE = 12 * MiB
 
 def in_use_bound(config: dict) -> int:
     """The README's bound on the store's own (anonymous) memory beyond an idle store's, one producer."""
-    return (config["store/receive_bytes"] + 4 * config["store/batch_bytes"]
+    return (2 * config["store/receive_bytes"] + 4 * config["store/batch_bytes"]
             + 2 * config["store/write_buffer_bytes"] + config["store/cache_bytes"] + ALLOWANCE)
 
 

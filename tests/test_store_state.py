@@ -165,6 +165,29 @@ def test_out_of_order_buffer_is_bounded():
     assert record_seqs(batch) == [0, 1, 2, 3]
 
 
+def test_out_of_order_buffer_is_bounded_in_bytes_over_every_partition():
+    from dafka.store.writer_state import PENDING_OVERHEAD
+
+    cost = 100 + PENDING_OVERHEAD
+    state = WriterState(W, max_pending_bytes=3 * cost)
+    feed(state, 0)
+    feed(state, 0, address=Q)
+    feed(state, 2, 3, content=b"x" * 100)
+    feed(state, 5, 6, content=b"x" * 100, address=Q)  # the third fits, the fourth does not
+    feed(state, 2, content=b"x" * 100)  # one already buffered costs nothing more
+    assert state.buffered == 3 and state.pending_bytes == 3 * cost
+    assert state.dropped == 1 and state.duplicates == 1
+    feed(state, 1, content=b"x" * 100)  # fills P's gap: its buffered records are written, their bytes freed
+    assert state.pending_bytes == cost
+    batch = write(state)
+    assert record_seqs(batch) == [0, 1, 2, 3]
+    state.on_frames(list(direct(1, address=Q)))
+    feed(state, 2, 3, 4, address=Q)
+    assert state.pending_bytes == 0 and state.buffered == 0
+    batch = write(state)
+    assert record_seqs(batch, address=Q) == [1, 2, 3, 4, 5]  # 6 was dropped: fetched again
+
+
 def test_direct_records_for_another_writer_are_ignored():
     state = WriterState(W)
     state.on_record_frames(*direct(0, to="X" * 32))
