@@ -274,7 +274,7 @@ define("beacon/timeout", "int", 4000, "peer expiry after its last beacon", minim
 define("beacon/sub_address", "str", "tcp://127.0.0.1:5556",
        "tower XSUB address(es) the beacon publishes to; a comma-separated list is allowed")
 define("beacon/pub_address", "str", "tcp://127.0.0.1:5557",
-       "tower XPUB address the beacon subscribes to")
+       "tower XPUB address(es) the beacon subscribes to; a comma-separated list is allowed (list every tower in both keys, in the same order: a peer hears each beacon through every tower, and counts it once)")
 define("beacon/address", "str", "",
        "host to advertise; empty = the local address of the route to the tower")
 define("producer/verbose", "bool", 0, "log producer activity")
