@@ -388,26 +388,30 @@ def role_store(a: argparse.Namespace) -> None:
 
 
 def role_group_member(a: argparse.Namespace) -> None:
-    """A member of consumer group ``bench``: reads its share until nothing came for --idle-stop seconds."""
+    """A member of consumer group ``bench``: reads its share, writing how many it has read to --progress,
+    until a line on stdin (the orchestrator's, once the whole group has read every record)."""
+    import select
+
     from dafka import Consumer
 
     consumer = Consumer(a.topic, group="bench", config=config(a.sub, a.pub, **{
         "consumer/offset/reset": "earliest"}))
     print(json.dumps({"member": consumer.address}), flush=True)
+    progress = Path(a.progress)
     count = 0
     first = last = None
     cpu = None
     share = 0
     consume = consumer.consume
-    while True:
-        batch = consume(1000, a.idle_stop if first is not None else 120)
-        if not batch:
-            break
-        if first is None:
-            first, cpu = time.perf_counter(), cpu_seconds()
-        count += len(batch)
-        last = time.perf_counter()
-        share = len(consumer.assignment())  # what it read while records came (not after others left)
+    while not select.select([sys.stdin], [], [], 0)[0]:
+        batch = consume(1000, 0.2)
+        if batch:
+            if first is None:
+                first, cpu = time.perf_counter(), cpu_seconds()
+            count += len(batch)
+            last = time.perf_counter()
+            share = len(consumer.assignment())  # what it read while records came (not after others left)
+            progress.write_text(str(count))
     emit({"received": count, "started": first, "finished": last, "partitions": share}, cpu, count)
     consumer.close()
 
@@ -872,7 +876,8 @@ def scenario_groups(members: int, partitions: int, total: int, size: int) -> dic
     total = each * partitions
     try:
         store = c.store(db)
-        procs = [c.spawn("group-member", "--idle-stop", "2") for _ in range(members)]
+        counts = [Path(db) / f"member-{n}.count" for n in range(members)]
+        procs = [c.spawn("group-member", "--progress", str(count), stdin=True) for count in counts]
         for proc in procs:
             proc.stdout.readline()
         time.sleep(1.0)  # the members see each other and settle (join_wait 200 ms)
@@ -880,8 +885,22 @@ def scenario_groups(members: int, partitions: int, total: int, size: int) -> dic
         producers = [c.spawn("producer", "--records", str(each), "--size", str(size), "--min-acks", "1",
                              "--warmup", "1", "--wait-peers", str(partitions + 1 + 2 * members))
                      for _ in range(partitions)]
-        rs = [result_of(p) for p in procs]
         ps = [result_of(p) for p in producers]
+
+        def read() -> int:
+            return sum(int(count.read_text() or 0) for count in counts if count.exists())
+
+        # The members read until the group has every record (a few twice while views settle), or nothing
+        # more came for 30 s: however long the members take to meet the partitions on a busy machine.
+        deadline, seen = time.monotonic() + 30, read()
+        while seen < total and time.monotonic() < deadline:
+            time.sleep(0.2)
+            if read() > seen:
+                deadline, seen = time.monotonic() + 30, read()
+        for proc in procs:
+            proc.stdin.write("stop\n")
+            proc.stdin.flush()
+        rs = [result_of(p) for p in procs]
         c.stop_store(store)
         received = sum(r["received"] for r in rs)
         started = min(p["send_started"] for p in ps)
@@ -1241,7 +1260,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", default="1,8,32,128", help="producer counts of the many-partitions scenario")
     ap.add_argument("--linger", type=float, default=0.0)
     ap.add_argument("--stay", action="store_true", help="producer role: after its result, stay until a line on stdin")
-    ap.add_argument("--idle-stop", type=float, default=2.0, help="group-member role: stop after this long without records")
+    ap.add_argument("--progress", help="group-member role: the file it writes its count of records to")
     ap.add_argument("--group-members", default="1,2,4", help="member counts of the consumer group scenario")
     a = ap.parse_args(argv)
     if a.role:
