@@ -91,6 +91,8 @@ class BeaconState:
     welcomed_at: float | None = None  # when a tower first answered
     malformed: int = 0
     own_endpoint: str = ""  # where our own beacon points: a beacon of our address elsewhere is a twin
+    # the other addresses this beacon announces (Beacon.add_companion): ours too, never reported as peers
+    companions: set[str] = field(default_factory=set)
     # live peers that beacon our own address from another endpoint: endpoint -> expiry (see twins())
     twins: dict[str, "_Peer"] = field(default_factory=dict)
     # the frames (sender, endpoint) of a beacon already decoded -> its peer (_self: our own)
@@ -133,6 +135,9 @@ class BeaconState:
             log.debug("dropped malformed tower frame: %s", exc)
             return [], False
         self.welcomed = True
+        if beacon.sender in self.companions:
+            self._raw[(frames[1], frames[2])] = self._self
+            return [], False
         if beacon.sender == self.sender:
             if self.own_endpoint and beacon.endpoint != self.own_endpoint:
                 # Another process claims our address (a resumed producer's predecessor that has not
@@ -252,9 +257,24 @@ class Beacon:
         self._scoped_now = threading.Event()
         self._peers_snapshot: dict[str, str] = {}
         self._twins_snapshot: tuple[str, ...] = ()
+        self._companions: list[Companion] = []
+        self._outs: list[zmq.Socket[Any]] = []  # the thread's ends of every events pipe
         self._thread = threading.Thread(target=self._run, name=f"dafka-beacon-{name}", daemon=True)
 
     # -- API (any thread) ---------------------------------------------------
+
+    def add_companion(self, sender: str, port: int) -> "Companion":
+        """Announce another bound socket of this process (a store's reader beside its writer) from this
+        beacon's thread, before :meth:`start`: its beacon goes out with ours, and its owner reads the same
+        peer events from :attr:`Companion.events`.  One thread and one pair of tower connections instead of
+        two, each woken by the same bursts of beacons (two threads also fought for the GIL at each).  The
+        two are not each other's peers."""
+        if self._thread.is_alive():
+            raise RuntimeError("add a companion before the beacon starts")
+        companion = Companion(self, sender, proto.encode_beacon(proto.Beacon(sender, self.host, port)))
+        self._companions.append(companion)
+        self._state.companions.add(sender)
+        return companion
 
     @property
     def connected(self) -> bool:
@@ -330,9 +350,13 @@ class Beacon:
 
     def _run(self) -> None:
         ctx = self._ctx
-        out = ctx.socket(zmq.PAIR)
-        out.linger = 0
-        out.connect(self._pipe_name)
+        self._outs = []
+        for pipe_name in [self._pipe_name, *(c.pipe_name for c in self._companions)]:
+            out = ctx.socket(zmq.PAIR)
+            out.linger = 0
+            out.connect(pipe_name)
+            self._outs.append(out)
+        beacons = [self._frames, *(c.frames for c in self._companions)]
         control = ctx.socket(zmq.PAIR)
         control.linger = 0
         control.connect(self._pipe_name + "-ctl")
@@ -382,7 +406,7 @@ class Beacon:
             while True:
                 now = time.monotonic()
                 if now >= next_read:
-                    found, urgent = self._drain_tower(subscriber, out)
+                    found, urgent = self._drain_tower(subscriber)
                     if urgent:
                         next_beacon = now  # a peer we did not know: our beacon goes out at once
                     if not listens_to_all:
@@ -398,7 +422,7 @@ class Beacon:
                             if postponed or next_beacon - now <= _ADVANCE * state.interval:
                                 next_beacon = now  # waiting for this burst, or due soon: out with it
                     for event in state.expire(now, _READ_EVERY if settled else 0.0):
-                        self._emit(out, event)
+                        self._emit(event)
                     self._snapshot_twins()
                 if now >= next_beacon:
                     burst = last_burst + state.interval  # when the next burst is expected
@@ -407,7 +431,8 @@ class Beacon:
                         next_beacon = max(burst, now) + _READ_EVERY  # see _POSTPONE
                         postponed = True
                     else:
-                        publisher.send_multipart(self._frames)
+                        for frames in beacons:
+                            publisher.send_multipart(frames)
                         # out of step with the bursts: the next one a little later, until in step (_DRIFT)
                         drifting = settled and self._replayed.is_set() and \
                             _ADVANCE * state.interval < now - last_burst < state.interval
@@ -446,10 +471,10 @@ class Beacon:
                     net.drain(publisher)
                     next_beacon = time.monotonic()
         finally:
-            for sock in (out, control, publisher, subscriber):
+            for sock in (*self._outs, control, publisher, subscriber):
                 sock.close(0)
 
-    def _drain_tower(self, subscriber: zmq.Socket[Any], out: zmq.Socket[Any]) -> tuple[int, bool]:
+    def _drain_tower(self, subscriber: zmq.Socket[Any]) -> tuple[int, bool]:
         """Read every pending tower message; returns how many, and whether we should beacon now."""
         state = self._state
         beacon_now = False
@@ -464,7 +489,7 @@ class Beacon:
             found += 1
             events, urgent = on_frames(message[0], now)
             for event in events:
-                self._emit(out, event)
+                self._emit(event)
             beacon_now = beacon_now or urgent
         if state.welcomed and not was_welcomed:
             state.welcomed_at = now
@@ -496,18 +521,64 @@ class Beacon:
         """Subscribe to the scopes a profile needs, then give the profile (rfc 5.6)."""
         for need in proto.scope_needs(role, topic):
             subscriber.setsockopt(zmq.SUBSCRIBE, need)
-        subscriber.setsockopt(zmq.SUBSCRIBE, proto.encode_profile(self.sender, role, topic))
+        for sender in [self.sender, *(c.sender for c in self._companions)]:  # a companion is what we are
+            subscriber.setsockopt(zmq.SUBSCRIBE, proto.encode_profile(sender, role, topic))
 
     def _snapshot_twins(self) -> None:
         twins = self._state.twins
         if twins or self._twins_snapshot:
             self._twins_snapshot = tuple(ep for ep, twin in twins.items() if twin.beats > 1)
 
-    def _emit(self, out: zmq.Socket[Any], event: PeerEvent) -> None:
+    def _emit(self, event: PeerEvent) -> None:
         if event.kind == CONNECT:
             self._peers_snapshot[event.endpoint] = event.sender
             log.debug("%s %s: peer %s at %s", self.name, self.sender, event.sender, event.endpoint)
         else:
             self._peers_snapshot.pop(event.endpoint, None)
             log.debug("%s %s: peer %s at %s expired", self.name, self.sender, event.sender, event.endpoint)
-        out.send_multipart([event.kind, event.endpoint.encode(), event.sender.encode()])
+        frames = [event.kind, event.endpoint.encode(), event.sender.encode()]
+        for out in self._outs:
+            out.send_multipart(frames)
+
+
+class Companion:
+    """Another socket of the process that a :class:`Beacon` announces (:meth:`Beacon.add_companion`): the
+    owner's view of it, in the shape its loop reads a beacon (``events``, :meth:`Beacon.read_events`)."""
+
+    def __init__(self, beacon: Beacon, sender: str, frames: list[bytes]) -> None:
+        self.sender = sender
+        self.frames = frames
+        self._beacon = beacon
+        self.pipe_name = net.inproc_endpoint(f"beacon-{sender}")
+        self.events = beacon._ctx.socket(zmq.PAIR)
+        self.events.linger = 0
+        self.events.bind(self.pipe_name)
+
+    def start(self) -> "Companion":
+        """Nothing to start: the beacon it goes with does the work."""
+        return self
+
+    def stop(self) -> None:
+        """Close the owner's end of the events (once the owner's loop no longer reads it)."""
+        self.events.close()
+
+    @property
+    def connected(self) -> bool:
+        return self._beacon.connected
+
+    def wait_connected(self, timeout: float | None = None) -> bool:
+        return self._beacon.wait_connected(timeout)
+
+    @property
+    def replayed(self) -> bool:
+        return self._beacon.replayed
+
+    def peers(self) -> dict[str, str]:
+        return self._beacon.peers()
+
+    def twins(self) -> list[str]:
+        """None: the beacon's own owner watches for twins of the process."""
+        return []
+
+    def add_profile(self, role: bytes, topic: str = "") -> None:
+        raise TypeError("a companion is what the beacon it goes with is: add the profile there")

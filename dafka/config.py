@@ -274,7 +274,8 @@ define("beacon/timeout", "int", 4000, "peer expiry after its last beacon", minim
 define("beacon/sub_address", "str", "tcp://127.0.0.1:5556",
        "tower XSUB address(es) the beacon publishes to; a comma-separated list is allowed")
 define("beacon/pub_address", "str", "tcp://127.0.0.1:5557",
-       "tower XPUB address(es) the beacon subscribes to; a comma-separated list is allowed (list every tower in both keys, in the same order: a peer hears each beacon through every tower, and counts it once)")
+       "tower XPUB address(es) the beacon subscribes to; a comma-separated list is allowed (list every tower in "
+       "both keys, in the same order: a peer hears each beacon through every tower, and counts it once)")
 define("beacon/address", "str", "",
        "host to advertise; empty = the local address of the route to the tower")
 define("producer/verbose", "bool", 0, "log producer activity")
@@ -367,7 +368,8 @@ define("store/receive_bytes", "int", 33554432,
        "records the writer lets wait in its receive queue, per connected peer, before libzmq stops reading "
        "that peer (TCP then pushes back to it); libzmq counts messages, so the queue holds "
        "receive_bytes / 256 KiB of them, the largest a dafka-py peer sends (and at most store/high_watermark)"
-       "; the writer also keeps at most this much of records that arrived out of order after a gap, all partitions together (with 100 bytes of objects counted each), and drops the rest to fetch them again",
+       "; the writer also keeps at most this much of records that arrived out of order after a gap, all "
+       "partitions together (with 100 bytes of objects counted each), and drops the rest to fetch them again",
        minimum=262144, unit="bytes")
 define("store/batch_bytes", "int", 4194304,
        "record contents the writer gathers into one LevelDB write before it writes and ACKs them",

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 import zmq
 
 from . import batching, bulk, net, proto
-from .beacon import CONNECT, Beacon
+from .beacon import CONNECT, Beacon, Companion
 from .config import Config
 from .intake import RecordIntake
 from .security import Curve, acquire_authenticator, release_authenticator
@@ -156,7 +156,7 @@ class DataSocket:
     CURVE settings (``security/*``) of every socket the peer opens."""
 
     def __init__(self, ctx: zmq.Context[Any], config: Config, sock: zmq.Socket[Any], sender: str, name: str,
-                 profiles: Iterable[tuple[bytes, str]] | None = None) -> None:
+                 profiles: Iterable[tuple[bytes, str]] | None = None, beside: Beacon | None = None) -> None:
         self.curve = Curve.from_config(config)
         self._ctx = ctx
         if self.curve is not None:
@@ -170,7 +170,9 @@ class DataSocket:
         self._name = name
         # what the peer is (rfc 5.6); None: a peer that hears every beacon and is heard by every peer
         self._profiles = None if profiles is None else list(profiles)
-        self.beacon = self._new_beacon(sender)
+        # beside: another socket's beacon of this process (same config and profiles) announces this one too
+        self.beacon: Beacon | Companion = self._new_beacon(sender) if beside is None else \
+            beside.add_companion(sender, self.port)
 
     def _new_beacon(self, sender: str) -> Beacon:
         config = self._config

@@ -42,6 +42,7 @@ import plyvel
 import zmq
 
 from dafka import proto
+from dafka.beacon import Beacon
 from dafka.config import Config
 from dafka import bulk as bulk_answers
 from dafka.inflight import MESSAGE_OVERHEAD, InflightLedger
@@ -127,7 +128,7 @@ def _key(prefix: bytes, seq: int) -> bytes:
 class Reader(RoleThread):
     def __init__(
         self, ctx: zmq.Context, config: Config, db: SharedDB, address: str, writer_address: str,
-        name: str = "store-reader",
+        name: str = "store-reader", beside: Beacon | None = None,
     ) -> None:
         self.writer_address = writer_address
         self._shared = db
@@ -156,7 +157,7 @@ class Reader(RoleThread):
         self._requests.rcvhwm = hwm
         self._requests.linger = 0
         try:
-            super().__init__(ctx, config, self._xpub, self._sub, address, name)
+            super().__init__(ctx, config, self._xpub, self._sub, address, name, beside)
             self.requests_endpoint = self._data.bind_also(self._requests)
         except BaseException:
             self._requests.close(0)

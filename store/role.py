@@ -10,7 +10,7 @@ from typing import Callable
 import zmq
 
 from dafka import proto
-from dafka.beacon import Beacon
+from dafka.beacon import Beacon, Companion
 from dafka.config import Config
 from dafka.net import drain, wake_pipe
 from dafka.peer import DataSocket, PeerLinks
@@ -18,11 +18,12 @@ from dafka.peer import DataSocket, PeerLinks
 
 class RoleThread:
     def __init__(self, ctx: zmq.Context, config: Config, data: zmq.Socket, sub: zmq.Socket,
-                 address: str, name: str) -> None:
+                 address: str, name: str, beside: Beacon | None = None) -> None:
         self.address = address
         self._sub = sub
         self._data_sock = data
-        self._data = DataSocket(ctx, config, data, address, name, profiles=[(proto.ROLE_STORE, "")])
+        # beside: the other thread's beacon, which announces this one's socket too (Beacon.add_companion)
+        self._data = DataSocket(ctx, config, data, address, name, profiles=[(proto.ROLE_STORE, "")], beside=beside)
         self._links = PeerLinks(self._data.secure(sub))
         self._wake, self._waker = wake_pipe(ctx, name)
         self._waker_lock = threading.Lock()
@@ -47,7 +48,7 @@ class RoleThread:
         return self._data.endpoint
 
     @property
-    def beacon(self) -> Beacon:
+    def beacon(self) -> Beacon | Companion:
         return self._data.beacon
 
     @property

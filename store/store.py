@@ -19,6 +19,7 @@ from typing import Any
 
 import zmq
 
+from dafka.beacon import Beacon
 from dafka.peer import ConfigLike, as_config, new_address
 
 from . import running
@@ -51,7 +52,11 @@ class Store:
         try:
             self._writer = Writer(self._ctx, self.config, self._db, self.writer_address)
             try:
-                self._reader = Reader(self._ctx, self.config, self._db, self.reader_address, self.writer_address)
+                # One beacon thread announces both (the writer's): each idle wake-up serves the two.
+                writer_beacon = self._writer.beacon
+                assert isinstance(writer_beacon, Beacon)
+                self._reader = Reader(self._ctx, self.config, self._db, self.reader_address, self.writer_address,
+                                      beside=writer_beacon)
             except BaseException:
                 self._writer.stop(0)
                 raise

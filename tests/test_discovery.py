@@ -437,6 +437,41 @@ def test_scoped_peers_hear_what_they_need_and_reference_peers_only_rfc46_frames(
         ref_sub.close()
 
 
+def test_a_companion_is_announced_by_its_beacons_thread_and_heard_by_the_peers_that_need_it(tower):
+    """A store's reader rides on its writer's beacon (Beacon.add_companion): a scoped consumer hears both
+    addresses (the tower knows the companion's profile), both owners get the consumer's events, and the
+    two are not each other's peers."""
+    ends = (tower.sub_endpoint, tower.pub_endpoint)
+    writer = Beacon(zmq.Context.instance(), "SW" * 16, 42011, host="127.0.0.1", tower_sub=ends[0],
+                    tower_pub=ends[1], name="test", scoped=True)
+    writer.add_profile(proto.ROLE_STORE, "")
+    reader = writer.add_companion("SR" * 16, 42012)
+    writer.start()
+    assert reader.start() is reader
+    with pytest.raises(RuntimeError, match="before the beacon starts"):
+        writer.add_companion("SX" * 16, 42013)
+    consumer = scoped_beacon(*ends, "CA" * 16, 42014, (proto.ROLE_CONSUMER, "a"))
+    try:
+        _peers_are(consumer, {"SW" * 16, "SR" * 16}, "the consumer")
+        assert consumer.peers() == {"tcp://127.0.0.1:42011": "SW" * 16, "tcp://127.0.0.1:42012": "SR" * 16}
+        _peers_are(writer, {"CA" * 16}, "the store")
+        got_writer, got_reader = [], []
+        wait_for(lambda: collect(writer, got_writer) and reader.events.poll(50) and
+                 got_reader.extend(Beacon.read_events(reader.events)) is None and got_reader, 5,
+                 what="both owners' events")
+        assert got_writer == got_reader == [(CONNECT, "tcp://127.0.0.1:42014", "CA" * 16)]
+        assert reader.connected and reader.peers() == writer.peers() and reader.twins() == []
+        with pytest.raises(TypeError):
+            reader.add_profile(proto.ROLE_STORE, "")
+        consumer.stop()
+        wait_for(lambda: reader.events.poll(100) and any(
+            e.kind == DISCONNECT for e in Beacon.read_events(reader.events)), 10, what="the reader hears it go")
+    finally:
+        consumer.stop()
+        writer.stop()
+        reader.stop()
+
+
 def test_a_scoped_peer_whose_needs_grow_finds_the_new_peers(tower):
     """A consumer that subscribes to a second topic meets that topic's producer at once (the tower
     replays to it what its new profile needs); a store that joins later is met by everyone."""
