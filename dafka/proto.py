@@ -711,11 +711,17 @@ def _decode_records(cls: type[DirectRecordsMsg], r: _Reader, topic: str, frames:
     return cls(topic, address, subject, seq, lengths, contents, stamps)
 
 
-def _decode_group_member(r: _Reader, topic: str) -> GroupMemberMsg:
-    address = r.string("address")
+def _leaving_flag(r: _Reader, name: str) -> bool:
+    """The flags octet of a heartbeat (GROUP-MEMBER, STORE-MEMBER): 1 in the sender's last one."""
     (flags,) = r.take(1, "flags")
     if flags > 1:
-        raise MalformedMessage(f"GROUP-MEMBER flags {flags}, expected 0 or 1")
+        raise MalformedMessage(f"{name} flags {flags}, expected 0 or 1")
+    return bool(flags)
+
+
+def _decode_group_member(r: _Reader, topic: str) -> GroupMemberMsg:
+    address = r.string("address")
+    leaving = _leaving_flag(r, "GROUP-MEMBER")
     subjects = r.strings("subjects")
     count = r.u32("entries count")
     if count > (len(r.buf) - r.pos) // 11:  # each entry takes at least 1 + 1 + 8 + 1 bytes
@@ -730,16 +736,14 @@ def _decode_group_member(r: _Reader, topic: str) -> GroupMemberMsg:
             raise MalformedMessage(f"GROUP-MEMBER entry state {state}, expected 0, 1 or 2")
         entries.append(GroupEntry(subject, partition, offset, state))
     r.end()
-    return GroupMemberMsg(topic, address, subjects, tuple(entries), bool(flags))
+    return GroupMemberMsg(topic, address, subjects, tuple(entries), leaving)
 
 
 def _decode_store_member(r: _Reader, topic: str) -> StoreMemberMsg:
     if topic:
         raise MalformedMessage("STORE-MEMBER with a topic")
     address = r.string("address")
-    (flags,) = r.take(1, "flags")
-    if flags > 1:
-        raise MalformedMessage(f"STORE-MEMBER flags {flags}, expected 0 or 1")
+    leaving = _leaving_flag(r, "STORE-MEMBER")
     store = r.string("store")
     rack = r.string("rack")
     (replicas,) = r.take(1, "replicas")
@@ -749,7 +753,7 @@ def _decode_store_member(r: _Reader, topic: str) -> StoreMemberMsg:
         raise MalformedMessage(f"frame truncated in filling: {count} entries announced")
     filling = tuple((r.string("subject"), r.string("address")) for _ in range(count))
     r.end()
-    return StoreMemberMsg(address, store, rack, replicas, reader, filling, bool(flags))
+    return StoreMemberMsg(address, store, rack, replicas, reader, filling, leaving)
 
 
 _NAMES = {
