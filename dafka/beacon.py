@@ -89,6 +89,8 @@ class BeaconState:
     replays: int = 0  # the towers that said their replay of the peers for us is over
     scoped_replays: int = 0  # ... of which replays scoped to our profile (rfc 5.6)
     welcomed_at: float | None = None  # when a tower first answered
+    welcomes: int = 0  # the towers' welcome messages (one from each tower that answered our connection)
+    last_welcome: float | None = None  # ... the latest
     malformed: int = 0
     own_endpoint: str = ""  # where our own beacon points: a beacon of our address elsewhere is a twin
     # the other addresses this beacon announces (Beacon.add_companion): ours too, never reported as peers
@@ -120,6 +122,8 @@ class BeaconState:
                 return [], False
         if frames == [proto.WELCOME]:
             self.welcomed = True
+            self.welcomes += 1
+            self.last_welcome = now
             return [], True
         if frames[0] == self._replay_to:
             if len(frames) == 1 or frames[1:] == [proto.SCOPED_REPLAY_END]:
@@ -502,17 +506,20 @@ class Beacon:
     def _listen_to_all_unless_scoped(self, subscriber: zmq.Socket[Any], now: float) -> bool:
         """A scoped peer subscribes to B after all, and returns True, once a tower shows that it does
         not scope (rfc 5.6): a 0.2.0 tower ends its replay with the one-frame marker, a reference tower
-        never ends one (it has welcomed us a beacon interval ago and sent no marker)."""
+        never ends one (it has welcomed us a beacon interval ago and sent no marker).  The towers counted
+        are those that welcomed us: a tower of the list that is down (rfc 5.2, more than one tower) does
+        not keep the others' peers unscoped, and one that comes up later is waited for in its turn."""
         state = self._state
-        if state.scoped_replays >= len(self._tower_pub):
+        if state.scoped_replays >= max(1, state.welcomes):
             self._scoped_now.set()
             return False
         if state.replays > state.scoped_replays:
             why = "a tower that does not scope (0.2.0)"
-        elif state.welcomed_at is not None and now >= state.welcomed_at + state.interval:
+        elif state.welcomed_at is not None and now >= (state.last_welcome or state.welcomed_at) + state.interval:
             why = "a tower that has not answered our profile (a reference tower)"
         else:
             return False
+        self._scoped_now.clear()
         subscriber.setsockopt(zmq.SUBSCRIBE, proto.BEACON)
         log.info("%s %s: listening to every peer: %s", self.name, self.sender, why)
         return True

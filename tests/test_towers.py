@@ -8,8 +8,10 @@ import sys
 import time
 
 import pytest
+import zmq
 
-from dafka import Consumer, Producer
+from dafka import Consumer, Producer, proto
+from dafka.beacon import Beacon
 from dafka.store import Store
 from helpers import free_port, loopback_config, wait_for
 
@@ -85,3 +87,29 @@ def test_two_towers_one_killed_a_newcomer_is_still_found_and_nothing_is_lost(pro
         early.close()
         producer.close(10)
         store.stop()
+
+
+@pytest.mark.timeout(60)
+def test_a_tower_of_the_list_that_is_down_does_not_unscope_the_others_peers(tower):
+    """Scoped discovery (rfc 5.6) counts the towers that welcomed the peer, not the ones it lists: with
+    one of two towers down, a consumer still hears only the producers of its topic (and the stores)."""
+    dead_sub, dead_pub = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    subs, pubs = f"{tower.sub_endpoint},{dead_sub}", f"{tower.pub_endpoint},{dead_pub}"
+
+    def beacon(sender: str, port: int, role: bytes, topic: str) -> Beacon:
+        b = Beacon(zmq.Context.instance(), sender, port, host="127.0.0.1", tower_sub=subs, tower_pub=pubs,
+                   interval_ms=200, timeout_ms=1000, name="test", scoped=True)
+        b.add_profile(role, topic)
+        return b.start()
+
+    consumer = beacon("CA" * 16, 43001, proto.ROLE_CONSUMER, "a")
+    mine = beacon("PA" * 16, 43002, proto.ROLE_PRODUCER, "a")
+    other = beacon("PB" * 16, 43003, proto.ROLE_PRODUCER, "b")
+    try:
+        wait_for(lambda: set(consumer.peers().values()) == {"PA" * 16} and consumer.scoped, 10,
+                 what=f"the consumer scoped, hearing its producer: {consumer.peers()}")
+        time.sleep(1.0)  # five intervals: a peer waiting for the dead tower's answer would have unscoped
+        assert consumer.scoped and set(consumer.peers().values()) == {"PA" * 16}
+    finally:
+        for b in (consumer, mine, other):
+            b.stop()
