@@ -11,8 +11,10 @@ reader does its database work under :attr:`SharedDB.lock` and notices the new
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +23,8 @@ import plyvel
 
 from . import keys
 from .errors import StoreError, StoreLocked
+
+log = logging.getLogger(__name__)
 
 
 def leveldb_options(config: Mapping[str, Any]) -> dict[str, int]:
@@ -85,6 +89,18 @@ def check_format(db: plyvel.DB, path: str) -> int:
         raise StoreError(f"store database {path!r} has format version {version!r}; this dafka "
                          f"reads format 1 to {keys.FORMAT_VERSION}: upgrade dafka to open it")
     return version
+
+
+def store_identity(db: plyvel.DB) -> str:
+    """The store's identity (:data:`keys.STORE_ID`), drawn and kept the first time a store opens the
+    database (a reference store's database too: the reference reads only 'M' and 'H' keys)."""
+    raw = db.get(keys.STORE_ID)
+    if raw is None or len(raw) != 32:
+        if raw is not None:
+            log.warning("store: an unreadable identity %r in the database; drawing a new one", raw)
+        raw = uuid.uuid4().hex.upper().encode()
+        db.put(keys.STORE_ID, raw, sync=True)
+    return raw.decode()
 
 
 class SharedDB:

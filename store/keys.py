@@ -17,6 +17,7 @@ This project adds two kinds of key, under prefixes the reference never reads
     'I'                                             ->  empty: the end of the heads
     't' subject NUL address NUL first_seq(8, BE)    ->  msgpack [last_seq, unix_ms, nbytes]
     'v'                                             ->  msgpack format version (an int)
+    'i'                                             ->  the store's identity: 32 hex digits, drawn once
 
 A *stamp*: records ``first_seq..last_seq`` of the partition were written at
 wall-clock time ``unix_ms`` (milliseconds since the epoch, the time of the
@@ -37,6 +38,11 @@ a head; without a key here, that key would be the first record kept of the
 first partition, and LevelDB would step over the tombstone of every record
 retention deleted before it to find it (store/reader.py says what that costs).
 A store puts it in a database that lacks it when it opens one.
+
+The *store's identity* (:data:`STORE_ID`) is drawn when a store first opens
+the database and kept: a restarted store is the same store (sharded stores
+place partitions by it, rfc section 16).  Readers of the directory (the
+Spark connector's ``path``) neither need nor write it.
 
 The *format version* (:data:`FORMAT_VERSION`) names this layout.  A
 database without it (written by the reference, or by dafka-py 0.1.0, whose
@@ -61,6 +67,7 @@ HEAD = b"H"
 STAMP = b"t"
 FORMAT = b"v"
 HEADS_END = b"I"
+STORE_ID = b"i"
 
 FORMAT_VERSION = 1  # the layout above: 'M', 'H' (the reference's) and 't'
 

@@ -23,19 +23,22 @@ from dafka.beacon import Beacon
 from dafka.peer import ConfigLike, as_config, new_address
 
 from . import running
-from .database import SharedDB, leveldb_options
+from .database import SharedDB, leveldb_options, store_identity
 from .errors import StoreError
 from .reader import Reader
 from .writer import Writer
 
 log = logging.getLogger(__name__)
 
+
 class Store:
     """Persist every record of every topic; answer FETCH, GET-HEADS and hellos.
 
     ``config`` is a :class:`~dafka.config.Config`, a dict of overrides, a ZPL
     file path or None; ``db`` overrides ``store/db``.  The database is opened
-    (and locked) by the constructor; the threads start with :meth:`start`."""
+    (and locked) by the constructor; the threads start with :meth:`start`.
+    ``store_id`` is the store's identity, kept in its database: the same after
+    a restart (sharded stores place partitions by it, rfc section 16)."""
 
     def __init__(self, config: ConfigLike = None, *, db: str | os.PathLike[str] | None = None,
                  ctx: zmq.Context[Any] | None = None) -> None:
@@ -45,6 +48,8 @@ class Store:
         self.writer_address = new_address()
         self.reader_address = new_address()
         self._db = SharedDB(self.path, leveldb_options(self.config))
+        assert self._db.db is not None
+        self.store_id = store_identity(self._db.db)  # the same across restarts (rfc 16)
         self._started = False
         self._stopped = False
         self._stop_lock = threading.Lock()
@@ -64,7 +69,7 @@ class Store:
             self._db.close()
             raise
         log.info(
-            "store on %s: writer %s at %s, reader %s at %s",
+            "store %s on %s: writer %s at %s, reader %s at %s", self.store_id,
             self.path, self.writer_address, self._writer.endpoint, self.reader_address, self._reader.endpoint,
         )
 

@@ -217,6 +217,34 @@ def test_consumer_reads_everything_from_the_store_after_the_producer_left(make_s
     assert s["hellos_sent"] >= 1 and s["heads_sent"] >= 1 and s["records_served"] >= 2_000
 
 
+def test_a_store_keeps_its_identity_in_its_database(tmp_path):
+    config = loopback_config()
+    first = Store(config, db=str(tmp_path / "a"))
+    identity = first.store_id
+    first.stop()
+    again = Store(config, db=str(tmp_path / "a"))
+    other = Store(config, db=str(tmp_path / "b"))
+    try:
+        assert again.store_id == identity and other.store_id != identity
+        assert len(identity) == 32 and int(identity, 16) >= 0
+    finally:
+        again.stop()
+        other.stop()
+    # A reference store's database (only 'M' and 'H' keys) gets one, and keeps its records.
+    ref = plyvel.DB(str(tmp_path / "ref"), create_if_missing=True)
+    ref.put(keys.record_key("t", "P" * 32, 0), b"zero")
+    ref.put(keys.head_key("t", "P" * 32), (0).to_bytes(8, "big"))
+    ref.close()
+    store = Store(config, db=str(tmp_path / "ref"))
+    identity = store.store_id
+    store.stop()
+    ref = plyvel.DB(str(tmp_path / "ref"))
+    try:
+        assert ref.get(keys.STORE_ID) == identity.encode() and ref.get(keys.record_key("t", "P" * 32, 0)) == b"zero"
+    finally:
+        ref.close()
+
+
 def test_heads_are_rebuilt_from_the_database_on_restart(tower, make_store, make_producer, tmp_path):
     store = make_store()
     producer = make_producer("again")
