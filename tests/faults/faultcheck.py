@@ -139,6 +139,10 @@ def read_store(path: str | os.PathLike, topic: str | None = None) -> dict[tuple[
                 continue
             if key == keys.HEADS_END:  # where a listing of heads stops (rfc Appendix A)
                 continue
+            if key == keys.STORE_ID:  # the store's identity (rfc 7.4)
+                if len(value) != 32 or int(value, 16) < 0:
+                    raise ValueError(f"store identity {value!r}")
+                continue
             parsed = keys.parse_key(key)
             if parsed.tag == keys.HEAD and len(value) != keys.SEQ_BYTES:
                 raise ValueError(f"head key {key!r} holds {len(value)} bytes")
