@@ -895,8 +895,8 @@ def scenario_groups(members: int, partitions: int, total: int, size: int) -> dic
         deadline, seen = time.monotonic() + 30, read()
         while seen < total and time.monotonic() < deadline:
             time.sleep(0.2)
-            if read() > seen:
-                deadline, seen = time.monotonic() + 30, read()
+            if (now_seen := read()) > seen:
+                deadline, seen = time.monotonic() + 30, now_seen
         for proc in procs:
             proc.stdin.write("stop\n")
             proc.stdin.flush()

@@ -72,7 +72,6 @@ class StoreMember:
 
 @dataclass
 class _Handoff:
-    since: float  # when this store stopped owning the partition
     done: float | None = None  # when every owner first held it to our head
 
 
@@ -156,7 +155,7 @@ class Placement:
             return True
         if head < 0:
             return False  # nothing to hand over
-        handoff = self.handoffs.setdefault(key, _Handoff(now))
+        handoff = self.handoffs.setdefault(key, _Handoff())
         return not self.handed_off(key, now, head, handoff)
 
     def handed_off(self, key: Key, now: float, head: int, handoff: "_Handoff | None" = None) -> bool:

@@ -189,13 +189,19 @@ class WriterState(RecordIntake):
             log.debug("store writer %s: new partition %s/%s", self.address, subject, address)
         return p
 
+    def _take_pending(self, p: Partition, seq: int) -> bytes | None:
+        """Take record ``seq`` out of the out-of-order buffer (None if it is not there)."""
+        content = p.pending.pop(seq, None)
+        if content is not None:
+            self.pending_bytes -= len(content) + PENDING_OVERHEAD
+        return content
+
     def _drop_below(self, p: Partition, end: int) -> None:
         """Forget the buffered records before ``end``.  An emptied buffer is replaced: a dict keeps the
         table of its largest size, and one that buffered 100,000 records holds 2.5 MiB of it (issue 26)."""
-        pending = p.pending
-        for stale in [s for s in pending if s < end]:
-            self.pending_bytes -= len(pending.pop(stale)) + PENDING_OVERHEAD
-        if not pending:
+        for stale in [s for s in p.pending if s < end]:
+            self._take_pending(p, stale)
+        if not p.pending:
             p.pending = {}
 
     def forget(self, p: Partition) -> None:
@@ -358,18 +364,13 @@ class WriterState(RecordIntake):
     def _after_store(self, p: Partition) -> None:
         """After ``p.head`` moved: take the buffered records that now follow
         it, and ask for the next window once the current one is done."""
-        pending = p.pending
-        if pending:
-            same = pending.pop(p.head, None)  # the same record, buffered earlier
-            if same is not None:
-                self.pending_bytes -= len(same) + PENDING_OVERHEAD
+        if p.pending:
+            self._take_pending(p, p.head)  # the same record, buffered earlier
             nxt = p.head + 1
-            while nxt in pending:
-                content = pending.pop(nxt)
-                self.pending_bytes -= len(content) + PENDING_OVERHEAD
+            while (content := self._take_pending(p, nxt)) is not None:
                 self._stage(p, nxt, content)
                 nxt += 1
-            if not pending:
+            if not p.pending:
                 p.pending = {}  # see _drop_below
         if p.known_head > p.head and p.head + 1 >= p.fetch_end:
             self._request(p)
