@@ -103,11 +103,12 @@ class Processes:
 
     def cleanup(self) -> None:
         for proc in self.procs:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            # The whole session, whether or not its leader is still there: a process that ended (or timed out
+            # in communicate()) may have left children of its own (a bench run's stores and producers).
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             try:
                 proc.wait(5)
             except subprocess.TimeoutExpired:

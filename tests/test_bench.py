@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,22 +21,14 @@ TINY = ["--records", "2000", "--catchup-records", "2000", "--hold-records", "200
         "--partitions", "1,8"]
 
 
-def bench(tmp_path, *args: str) -> tuple[dict, str]:
-    """Run bench/run.py with tiny counts; its JSON results and what it printed."""
+def bench(processes, tmp_path, *args: str) -> tuple[dict, str]:
+    """Run bench/run.py with tiny counts; its JSON results and what it printed.  In a session of its own
+    (helpers.Processes): a run that times out is killed with every process it started (the stores and
+    producers of its clusters), not only the orchestrator."""
     out = tmp_path / "results.json"
-    # In a session of its own: a run that times out is killed with every process it started (the stores and
-    # producers of its clusters), not only the orchestrator.
-    run = subprocess.Popen([sys.executable, "-P", str(BENCH), *TINY, *args, "--json", str(out)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                           start_new_session=True)
-    try:
-        stdout, stderr = run.communicate(timeout=560)
-    finally:
-        try:
-            os.killpg(run.pid, signal.SIGKILL)  # what a finished run left behind, or the whole timed-out run
-        except ProcessLookupError:
-            pass
-        run.wait(10)
+    run = processes.start([sys.executable, "-P", str(BENCH), *TINY, *args, "--json", str(out)], text=True,
+                          cwd=tmp_path)
+    stdout, stderr = run.communicate(timeout=560)
     assert run.returncode == 0, stderr[-3000:]
     return json.loads(out.read_text()), stdout
 
@@ -46,8 +37,8 @@ def bench(tmp_path, *args: str) -> tuple[dict, str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_benchmark_runs_and_reports_every_scenario(tmp_path):
-    results, stdout = bench(tmp_path, "--skip", "spark,cdc,mirror,burst,scale")
+def test_benchmark_runs_and_reports_every_scenario(processes, tmp_path):
+    results, stdout = bench(processes, tmp_path, "--skip", "spark,cdc,mirror,burst,scale")
     assert "raw pyzmq PUB/SUB ceiling" in stdout and "(1.00x)" in stdout
     run = results["runs"]["100"]
     assert run["ceiling"]["rate"] > 0
@@ -79,16 +70,16 @@ def test_benchmark_runs_and_reports_every_scenario(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_benchmark_burst(tmp_path):
-    burst = bench(tmp_path, "--only", "burst")[0]["burst"]
+def test_benchmark_burst(processes, tmp_path):
+    burst = bench(processes, tmp_path, "--only", "burst")[0]["burst"]
     assert burst["catchup_received"] == 2000 and burst["rss_before_mib"] > 0
     assert burst["rss_peak_mib"] >= burst["rss_before_mib"] and burst["rss_after_5s_mib"] > 0
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_benchmark_mirror(tmp_path):
-    results, stdout = bench(tmp_path, "--only", "mirror")
+def test_benchmark_mirror(processes, tmp_path):
+    results, stdout = bench(processes, tmp_path, "--only", "mirror")
     (mirror,) = results["mirror"]["sizes"]
     assert mirror["mirror_rate"] > 0 and mirror["live_rate"] > 0 and mirror["catchup_records"] == 2000
     assert mirror["catchup_rate"] > 0 and "site A -> site B" in stdout
@@ -99,16 +90,16 @@ def test_benchmark_mirror(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_benchmark_scale(tmp_path):
-    scale = bench(tmp_path, "--only", "scale")[0]["scale"]["rows"]  # both kinds of cluster ran, every newcomer read
+def test_benchmark_scale(processes, tmp_path):
+    scale = bench(processes, tmp_path, "--only", "scale")[0]["scale"]["rows"]  # both kinds of cluster ran, every newcomer read
     assert [(r["peers"], r["mode"]) for r in scale] == [(30, "rfc46"), (30, "scoped")]
     assert all(r["newcomer_first_record_ms"] is not None and r["cpu_percent"]["tower"] >= 0 for r in scale)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_benchmark_cdc(tmp_path):
-    results, stdout = bench(tmp_path, "--only", "cdc")
+def test_benchmark_cdc(processes, tmp_path):
+    results, stdout = bench(processes, tmp_path, "--only", "cdc")
     cdc = results["cdc"]  # (empty where no PostgreSQL is installed; tox requires it)
     if cdc or os.environ.get("DAFKA_REQUIRE_POSTGRES") == "1":
         assert cdc["single_row"]["rate"] > 0 and cdc["txn_100"]["rate"] > 0 and cdc["bootstrap"]["rows"] == 2000

@@ -152,8 +152,11 @@ def run_producer(args) -> int:
 
     stopped_stats = threading.Event()
     stats.every(0.2, producer.stats, stopped_stats)
-    while args.start_file and not os.path.exists(args.start_file) and not stop:
-        time.sleep(0.02)
+    def wait_for_file(path: str | None) -> None:
+        while path and not os.path.exists(path) and not stop:
+            time.sleep(0.02)
+
+    wait_for_file(args.start_file)
     deadline = time.monotonic() + 20
     while producer.stats()["peers"] < args.wait_peers and time.monotonic() < deadline and not stop:
         time.sleep(0.01)
@@ -163,8 +166,7 @@ def run_producer(args) -> int:
     while (args.count <= 0 or i < args.count) and not stop:
         if i == args.pause_at and args.resume_file:
             paused = time.monotonic()
-            while not os.path.exists(args.resume_file) and not stop:
-                time.sleep(0.02)
+            wait_for_file(args.resume_file)
             started += time.monotonic() - paused  # the rate goes on from the resume
         if args.rate > 0:
             ahead = i / args.rate - (time.monotonic() - started)
