@@ -122,7 +122,13 @@ def status(topic: str | None, wait_ms: int, as_json: bool, groups: bool, config_
 
     rows = [[p["topic"], p["partition"], cell(p["store_head"]), cell(p["producer_head"]), str(len(p["stores"])),
              p["mirrored_from"] or "-"] for p in partitions]
-    for line in table(["TOPIC", "PARTITION", "STORE HEAD", "PRODUCER HEAD", "STORES", "MIRRORED FROM"], rows):
+    header = ["TOPIC", "PARTITION", "STORE HEAD", "PRODUCER HEAD", "STORES", "MIRRORED FROM"]
+    if any("owners" in p for p in partitions):  # sharded stores (rfc 16): who should hold each partition
+        header[5:5] = ["OWNERS", "UNDER-REPLICATED"]
+        for row, p in zip(rows, partitions):
+            row[5:5] = [",".join(store[:8] for store in p.get("owners", ())) or "-",
+                        "yes" if p.get("under_replicated") else "-"]
+    for line in table(header, rows):
         click.echo(line)
 
 

@@ -397,6 +397,19 @@ define("store/retention/ms", "int", -1, "age after which records are deleted; -1
        minimum=-1, unit=_MS)
 define("store/retention/bytes", "int", -1, "size per partition above which the oldest records "
        "are deleted; -1 = unlimited", minimum=-1, unit="bytes")
+define("store/replicas", "int", 0,
+       "sharded stores (rfc 16): each partition lives on this many stores, placed by rendezvous hashing over "
+       "the stores alive, and moved when stores come and go; 0 = every store holds every partition (RFC 46)",
+       minimum=0, unit="stores")
+define("store/rack", "str", "",
+       "with store/replicas: the rack (or zone) of this store; a partition's replicas go to different racks "
+       "where there are enough, as Kafka's broker.rack does")
+define("store/dead_ms", "int", 30000,
+       "with store/replicas: a store not heard this long is gone, and its partitions are copied to others; "
+       "longer than beacon/timeout, so that a restart moves nothing", minimum=1, unit=_MS)
+define("store/handoff_ms", "int", 30000,
+       "with store/replicas: a store keeps a partition it no longer owns this long after every new owner "
+       "holds it to its head, then deletes it", minimum=0, unit=_MS)
 define("security/curve", "bool", 0, "encrypt and authenticate every socket with CurveZMQ")
 define("security/cluster_key", "str", "",
        "secret key file (.key_secret) every bound socket of the cluster serves with")

@@ -56,6 +56,10 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dafka_store_db_bytes": ("gauge", "size of the store's database directory on disk", ()),
     "dafka_store_level_bytes": ("gauge", "size of each LevelDB level that holds files (compaction at work)",
                                 ("level",)),
+    "dafka_store_under_replicated_partitions": ("gauge", "partitions a sharded store knows of with fewer than "
+                                                "store/replicas live, complete copies (rfc 16)", ()),
+    "dafka_store_partitions_moved": ("counter", "partitions a sharded store took up (in) or handed over and "
+                                     "deleted (out)", ("direction",)),
     "dafka_stored_head": ("gauge", "highest sequence a store has written, per partition", ("topic", "partition")),
     "dafka_producer_head": ("gauge", "highest sequence a producer published", ("topic", "partition")),
     "dafka_consumer_lag": ("gauge", "known head minus position, per partition", ("topic", "partition")),
@@ -225,6 +229,10 @@ def _store(store: Any, families: _Families, cap: int) -> None:
     families.add("dafka_live_peers", reader, stats["reader_peers"])
     families.add("dafka_inflight_bytes", reader, stats["inflight_bytes"])
     families.add("dafka_store_db_bytes", writer, _directory_bytes(store.path))
+    if stats["sharded"]:
+        families.add("dafka_store_under_replicated_partitions", writer, stats["under_replicated"])
+        families.add("dafka_store_partitions_moved", dict(writer, direction="in"), stats["moves_in"])
+        families.add("dafka_store_partitions_moved", dict(writer, direction="out"), stats["moves_out"])
     for level, size in store.level_bytes().items():
         families.add("dafka_store_level_bytes", dict(writer, level=str(level)), size)
     _capped(families, "dafka_stored_head", writer, [(t, p, head) for (t, p), head in store.heads().items()], cap)

@@ -20,6 +20,7 @@ import zmq
 
 from . import batching, heap, proto
 from .beacon import CONNECT, Beacon
+from .config import ConfigError
 from .errors import BufferFull, Closed, FlushTimeout, PartitionClaimed, RecordTooLarge
 from .loop import Loop
 from .net import drain, wake_pipe
@@ -146,6 +147,11 @@ class Producer(Generic[V]):
         self.address = address or new_address(producer=True)
         self.value_serializer = value_serializer
         self.min_acks = c["producer/min_acks"]
+        replicas = c["store/replicas"]
+        if 0 < replicas < self.min_acks:
+            raise ConfigError(f"{self.min_acks} is above store/replicas ({replicas}): with sharded stores only "
+                              f"the {replicas} stores that hold a partition ACK its records",
+                              key="producer/min_acks")
         self.max_record_bytes = c["producer/max_record_bytes"]
         self.send_timeout = c["producer/send_timeout"] / 1000.0
         self._state = ProducerState(

@@ -37,6 +37,7 @@ from . import proto
 from .beacon import CONNECT, Beacon
 from .config import Config
 from .peer import DataSocket, connect, new_address, read_subscriptions
+from .store.placement import place
 
 
 @dataclass
@@ -50,6 +51,7 @@ class Survey:
     store_heads: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)  # (topic, partition) -> reader -> seq
     producer_heads: dict[tuple[str, str], int] = field(default_factory=dict)
     groups: dict[str, dict[str, proto.GroupMemberMsg]] = field(default_factory=dict)  # group -> member -> heartbeat
+    store_members: dict[str, proto.StoreMemberMsg] = field(default_factory=dict)  # reader -> sharded store's heartbeat
 
     def note_role(self, address: str, role: str) -> None:
         self.roles.setdefault(address, set()).add(role)
@@ -92,16 +94,30 @@ class Survey:
         return rows
 
     def partition_rows(self) -> list[dict[str, Any]]:
+        """One row a partition.  With sharded stores (rfc 16), also its ``owners`` (store identities, placed
+        over the stores heard) and ``under_replicated``: fewer than ``store/replicas`` owners hold it to the
+        highest head a store has and are not still filling it."""
+        members = {m.store: m for m in self.store_members.values()}
+        replicas = max((m.replicas for m in members.values()), default=0)
+        racks = {store: m.rack for store, m in members.items()}
         rows = []
         for key in sorted(set(self.store_heads) | set(self.producer_heads)):
             stores = self.store_heads.get(key, {})
-            rows.append({
+            head = max(stores.values()) if stores else None
+            row: dict[str, Any] = {
                 "topic": key[0],
                 "partition": key[1],
-                "store_head": max(stores.values()) if stores else None,
+                "store_head": head,
                 "producer_head": self.producer_heads.get(key),
                 "stores": dict(sorted(stores.items())),
-            })
+            }
+            if replicas:
+                owners = place(key[0], key[1], racks, replicas)
+                complete = sum(1 for store in owners if key not in members[store].filling
+                               and head is not None and stores.get(members[store].reader, -1) >= head)
+                row["owners"] = owners
+                row["under_replicated"] = complete < min(replicas, len(racks))
+            rows.append(row)
         return rows
 
 
@@ -178,6 +194,8 @@ class StatusPeer:
                 sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.HEAD, topic or "", exact=topic is not None))
                 if self.groups:
                     sock.setsockopt(zmq.SUBSCRIBE, proto.GROUP_MEMBER)
+                else:  # sharded stores' heartbeats (rfc 16), sent at once to a new subscriber
+                    sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.STORE_MEMBER, exact=True))
                 if not connect(sock, event.endpoint):
                     sock.close(0)
                     continue
@@ -242,6 +260,9 @@ class StatusPeer:
                 else:
                     members[msg.address] = msg
                 survey.note_role(msg.address, "consumer")
+            elif isinstance(msg, proto.StoreMemberMsg):
+                survey.store_members[msg.reader] = msg
+                survey.note_role(msg.address, "direct")
             elif isinstance(msg, proto.StoreHelloMsg) and msg.topic == self.address:
                 survey.note_role(msg.address, "store-reader")
                 hello = True

@@ -55,7 +55,8 @@ class Store:
         self._stop_lock = threading.Lock()
         self._stop_requested = threading.Event()
         try:
-            self._writer = Writer(self._ctx, self.config, self._db, self.writer_address)
+            self._writer = Writer(self._ctx, self.config, self._db, self.writer_address,
+                                  store_id=self.store_id, reader=self.reader_address)
             try:
                 # One beacon thread announces both (the writer's): each idle wake-up serves the two.
                 writer_beacon = self._writer.beacon
@@ -219,6 +220,11 @@ class Store:
             "writer_malformed": s.malformed,
             "reader_malformed": r.malformed,
             "partitions": len(s.partitions),
+            "sharded": int(w.sharded),
+            "under_replicated": w.under_replicated,
+            "moves_in": getattr(s, "moves_in", 0),
+            "moves_out": getattr(s, "moves_out", 0),
+            "moved_records_deleted": w.moved_records,
             "writer_peers": w.peers,
             "reader_peers": r.peers,
         }

@@ -14,21 +14,23 @@ from __future__ import annotations
 
 import logging
 import time
+from itertools import islice
 
 import plyvel
 import zmq
 
 from dafka import batching, heap, proto
-from dafka.config import Config
+from dafka.config import Config, ConfigError
 from dafka.loop import Loop
-from dafka.net import drain
 from dafka.peer import drain_records, queue_messages
 
 from . import compaction, keys, memory, retention
 from .database import SharedDB
 from .errors import StoreError
+from .placement import Placement
 from .role import RoleThread
-from .writer_state import WriterState
+from .sharding import ShardedWriterState
+from .writer_state import Partition, WriterState
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +46,14 @@ FETCH_RETRY = 1.0  # seconds before a FETCH without progress is repeated
 # seconds from then.  The first finds what the stores hold; the others make up for a lost message.
 HEADS_ROUNDS = (0.0, 1.0, 5.0)
 _READER_ARRIVED = b"\x01" + proto.GET_HEADS
+STORE_MEMBERS = proto.subscription(proto.STORE_MEMBER, exact=True)  # every sharded store's heartbeat
+_STORE_ARRIVED = b"\x01" + STORE_MEMBERS
+DELETE_BUDGET = 100_000  # keys of handed-over partitions deleted per heartbeat at most
 
 
 class Writer(RoleThread):
     def __init__(self, ctx: zmq.Context, config: Config, db: SharedDB, address: str,
-                 name: str = "store-writer") -> None:
+                 name: str = "store-writer", *, store_id: str = "", reader: str = "") -> None:
         self._shared = db
         self._reopen_needed = False
         self._ctx = ctx
@@ -73,7 +78,12 @@ class Writer(RoleThread):
         self._written_since_release: float | None = None  # when the last write since the last release was
         if self.idle_release is not None:
             heap.mmap_large_blocks()
-        self.state = WriterState(address, fetch_retry=FETCH_RETRY, max_pending_bytes=config["store/receive_bytes"])
+        self.heartbeat_every = config["beacon/interval"] / 1000
+        self.state = self._new_state(config, address, store_id, reader)
+        self.sharded = isinstance(self.state, ShardedWriterState)
+        self.moved_records = 0  # records deleted after their partition was handed over
+        self.under_replicated = 0  # partitions with fewer than store/replicas live, full copies (at the last beat)
+        self._deleting: list[Partition] = []  # handed over, their records still in the database
         self.write_errors = 0
         self.retention_deleted = 0
         self._heads_rounds: list = []  # the pending GET-HEADS rounds' timers
@@ -87,8 +97,9 @@ class Writer(RoleThread):
         self._sub = ctx.socket(zmq.SUB)
         self._sub.rcvhwm = queue_messages(config["store/receive_bytes"], hwm)
         self._sub.linger = 0
-        prefixes = [
-            proto.subscription(proto.RECORD),
+        # A sharded store subscribes to the records of the partitions it holds only (ShardedWriterState).
+        prefixes = [] if self.sharded else [proto.subscription(proto.RECORD)]
+        prefixes += [
             proto.subscription(proto.HEAD),
             proto.subscription(proto.DIRECT_RECORD, address, exact=True),
             proto.subscription(proto.DIRECT_TAIL, address, exact=True),
@@ -97,11 +108,46 @@ class Writer(RoleThread):
         if config["store/bulk"]:
             prefixes.append(proto.subscription(proto.DIRECT_RECORDS, address, exact=True))
             prefixes.append(proto.subscription(proto.DIRECT_PARTITIONS, address, exact=True))
-        if config["store/batches"]:
+        if config["store/batches"] and not self.sharded:
             prefixes.append(batching.WRITER_SUBSCRIPTION)
+        if self.sharded:
+            prefixes.append(STORE_MEMBERS)
         for prefix in prefixes:
             self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
+        self._apply_subscriptions()
         super().__init__(ctx, config, self._pub, self._sub, address, name)
+
+    def _new_state(self, config: Config, address: str, store_id: str, reader: str) -> WriterState:
+        """The writer's protocol state: sharded (rfc 16) with store/replicas > 0."""
+        receive_bytes = config["store/receive_bytes"]
+        replicas = config["store/replicas"]
+        if replicas <= 0:
+            return WriterState(address, fetch_retry=FETCH_RETRY, max_pending_bytes=receive_bytes)
+        if replicas > 255:
+            raise ConfigError("at most 255 (STORE-MEMBER carries it in one byte)", key="store/replicas")
+        if config["store/dead_ms"] <= config["beacon/timeout"]:
+            raise ConfigError(f"must be longer than beacon/timeout ({config['beacon/timeout']} ms), so that a "
+                              f"store that restarts is not placed anew", key="store/dead_ms")
+        if not store_id or not reader:
+            raise StoreError("a sharded store writer needs the store's identity and its reader's address")
+        placement = Placement(store_id, config["store/rack"], replicas, dead_after=config["store/dead_ms"] / 1000,
+                              handoff=config["store/handoff_ms"] / 1000,
+                              alive_after=config["beacon/timeout"] / 1000)
+        # Before it has heard the other stores, a store would think it owns everything: it places nothing
+        # for three beacon intervals (beacon, connection, and their STORE-MEMBERs answering ours).
+        settle = min(3 * self.heartbeat_every, config["beacon/timeout"] / 1000)
+        return ShardedWriterState(address, placement, reader=reader, settle=settle, started=time.monotonic(),
+                                  batches=bool(config["store/batches"]), fetch_retry=FETCH_RETRY,
+                                  max_pending_bytes=receive_bytes)
+
+    def _apply_subscriptions(self) -> None:
+        """(Un)subscribe what a sharded state asked for: the live records of the partitions it holds."""
+        changes = getattr(self.state, "sub_changes", None)
+        if changes:
+            sub = self._sub
+            for subscribe, prefix in changes:
+                sub.setsockopt(zmq.SUBSCRIBE if subscribe else zmq.UNSUBSCRIBE, prefix)
+            changes.clear()
 
     # -- startup ------------------------------------------------------------
 
@@ -141,6 +187,7 @@ class Writer(RoleThread):
         loop.add_reader(self._wake, self._on_wake)
         state = self.state
         next_tick = next_housekeeping = time.monotonic() + TICK
+        next_heartbeat = time.monotonic() if self.sharded else float("inf")
         try:
             # Timers run only while they have work: fetch retries while a
             # partition waits for records, write retries while writes fail,
@@ -155,8 +202,14 @@ class Writer(RoleThread):
                 if self._written_since_release is not None:
                     wait = max(0.0, self._written_since_release + self.idle_release - now)
                     timeout = wait if timeout is None else min(timeout, wait)
+                if self.sharded:
+                    wait = max(0.0, next_heartbeat - now)
+                    timeout = wait if timeout is None else min(timeout, wait)
                 loop.run_once(timeout)
                 now = time.monotonic()
+                if now >= next_heartbeat:
+                    self._heartbeat(now)
+                    next_heartbeat = now + self.heartbeat_every
                 if self._written_since_release is not None and \
                         now >= self._written_since_release + self.idle_release:
                     self._release_memory()
@@ -265,23 +318,77 @@ class Writer(RoleThread):
 
     def _on_subscriptions(self, sock: zmq.Socket, loop: Loop) -> None:
         """A store reader (a GET-HEADS subscriber) connected: ask the stores
-        for their heads now, and twice more in case a message was lost."""
-        if drain(sock, _READER_ARRIVED):
+        for their heads now, and twice more in case a message was lost.  A
+        sharded store (a ``Y`` subscriber) connected: send it our STORE-MEMBER."""
+        reader_arrived = store_arrived = False
+        while True:
+            try:
+                frame = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            reader_arrived = reader_arrived or frame == _READER_ARRIVED
+            store_arrived = store_arrived or frame == _STORE_ARRIVED
+        if reader_arrived:
             for timer in self._heads_rounds:
                 timer.cancel()
             self._heads_rounds = [loop.call_later(delay, self._ask_heads) for delay in HEADS_ROUNDS]
+        if store_arrived and self.sharded:
+            self.state.heartbeat()
+            self._flush_out()
+
+    def _heartbeat(self, now: float) -> None:
+        """A sharded store's beat: its STORE-MEMBER, placing again if its view changed, and deleting the
+        partitions it handed over."""
+        state = self.state
+        state.now = now
+        state.place(now)
+        state.heartbeat()
+        self._flush_out()
+        self.under_replicated = len(state.under_replicated(now))
+        self._deleting.extend(state.released)
+        state.released.clear()
+        if self._deleting:
+            self._delete_handed_over()
 
     def _ask_heads(self) -> None:
         self.state.ask_heads()
         self._flush_out()
 
     def _flush_out(self) -> None:
+        if self.sharded:
+            self._apply_subscriptions()
         out = self.state.out
         if out:
             send = self._pub.send
             for frames in out:
                 send(frames[0])
             out.clear()
+
+    def _delete_handed_over(self) -> None:
+        """Delete the partitions handed over, about :data:`DELETE_BUDGET` keys a beat: their head and stamps
+        first (the reader no longer reports or serves them), then their records."""
+        budget = DELETE_BUDGET
+        while self._deleting and budget > 0:
+            p = self._deleting[0]
+            records = list(islice(self._db.iterator(start=p.key_prefix, stop=keys.prefix_end(p.key_prefix),
+                                                    include_value=False), budget))
+            stamps = list(self._db.iterator(start=p.stamp_prefix, stop=keys.prefix_end(p.stamp_prefix),
+                                            include_value=False))
+            try:
+                self._write_checked([], [], [p.head_key, *stamps, *records])
+            except (plyvel.Error, OSError, StoreError) as exc:
+                self.write_errors += 1
+                self.last_error = str(exc)
+                log.error("store writer %s: cannot delete %s/%s, handed over (%s); will retry",
+                          self.address, p.subject, p.address, exc)
+                return
+            self._shared.forget(p.key_prefix)
+            self.moved_records += len(records)
+            done = len(records) < budget  # the partition's last records went
+            budget -= len(records) + 1
+            if done:
+                self._deleting.pop(0)
+                log.info("store writer %s: deleted %s/%s, handed over", self.address, p.subject, p.address)
 
     def _tick(self) -> None:
         self.state.tick(time.monotonic())

@@ -265,8 +265,11 @@ class WriterState(RecordIntake):
     def on_frames(self, frames: list[bytes]) -> None:
         """Any message from the SUB socket (the slow path)."""
         msg = self.decode(frames)
-        if msg is None:
-            return
+        if msg is not None:
+            self.on_message(msg)
+
+    def on_message(self, msg: proto.Message) -> None:
+        """A decoded message from the SUB socket."""
         kind = type(msg)
         if kind is proto.RecordMsg or kind is proto.DirectRecordMsg:
             if kind is proto.DirectRecordMsg and msg.topic != self.address:

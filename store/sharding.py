@@ -1,0 +1,209 @@
+"""A sharded store writer's protocol logic (rfc section 16), free of I/O.
+
+:class:`ShardedWriterState` is the store writer's state
+(:class:`~dafka.store.writer_state.WriterState`) for ``store/replicas`` R > 0:
+it holds the partitions that :class:`~dafka.store.placement.Placement` says
+this store owns, and the ones it is handing over, and nothing else.
+
+* It learns every partition from HEADs (the writer subscribes ``H`` for all
+  topics) and from other stores' answers to GET-HEADS; the ones it does not
+  hold it only remembers, with their highest known head (:attr:`elsewhere`).
+* It subscribes to the live records of the partitions it holds only:
+  :attr:`sub_changes` says what to (un)subscribe, as a group member's.
+* When its view of the stores changes (a STORE-MEMBER from a new store, a
+  store gone for ``store/dead_ms``, a store leaving), it places again: a
+  partition it now owns is fetched from those that hold it (the refill of
+  rfc 7.1), and one it no longer owns is handed over: kept, acked and served
+  until every owner holds it to the head this store had, then deleted
+  ``store/handoff_ms`` later (:attr:`released`: the writer deletes them).
+* A store places nothing during its first ``settle`` seconds: before it has
+  heard the other stores, it would think it owns everything.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterable
+
+from dafka import proto
+
+from .placement import Key, Placement, StoreMember
+from .writer_state import Partition, WriterState
+
+log = logging.getLogger(__name__)
+
+ASK_EVERY = 1.0  # seconds between GET-HEADS rounds while a handoff waits for the owners' heads
+
+
+class ShardedWriterState(WriterState):
+    role = "sharded store writer"
+
+    def __init__(self, address: str, placement: Placement, *, reader: str, settle: float, started: float,
+                 batches: bool = True, **kw) -> None:
+        self.placement = placement
+        self.reader = reader
+        self.settle_until = started + settle
+        self.settled = False
+        # What a held partition subscribes: its RECORDs, and its RECORDS when the store reads batches.
+        self._live_ids = (proto.RECORD, proto.RECORDS) if batches else (proto.RECORD,)
+        self.sub_changes: list[tuple[bool, bytes]] = []
+        self.elsewhere: dict[Key, int] = {}  # partitions other stores hold: the highest head known
+        self.filling: dict[Key, int] = {}  # partitions this store took up: the head it fills them to
+        self.handing: dict[Key, int] = {}  # partitions it hands over: its head when it began to
+        self.released: list[Partition] = []  # handed over: the writer deletes them from the database
+        self.moves_in = 0  # partitions taken up
+        self.moves_out = 0  # partitions handed over and deleted
+        self._view: frozenset[tuple[str, str]] = frozenset()
+        self._asked = float("-inf")
+        super().__init__(address, **kw)
+
+    # -- partitions ---------------------------------------------------------
+
+    def _add(self, subject: str, address: str, head: int) -> Partition:
+        p = super()._add(subject, address, head)
+        self.sub_changes.extend((True, prefix) for prefix in self._live_prefixes(subject, address))
+        return p
+
+    def forget(self, p: Partition) -> None:
+        super().forget(p)
+        self.sub_changes.extend((False, prefix) for prefix in self._live_prefixes(p.subject, p.address))
+
+    def _live_prefixes(self, subject: str, address: str) -> list[bytes]:
+        return [proto.record_prefix(msg_id, subject, address, subject) for msg_id in self._live_ids]
+
+    def _partition(self, subject: str, address: str, seen: int = -1) -> Partition | None:
+        key = (subject, address)
+        p = self.partitions.get(key)
+        if p is not None:
+            return p
+        if self.settled and self.placement.owns(key):
+            p = super()._partition(subject, address)
+            if p is not None and seen >= 0:
+                self.filling[key] = max(seen, self.elsewhere.pop(key, -1))
+            return p
+        if seen > self.elsewhere.get(key, -1) or key not in self.elsewhere:
+            self.elsewhere[key] = seen
+        return None
+
+    def on_message(self, msg: proto.Message) -> None:
+        kind = type(msg)
+        if kind is proto.StoreMemberMsg:
+            self._on_member(msg)
+            return
+        if kind is proto.DirectPartitionsMsg and msg.topic == self.address:
+            for info in msg.partitions:
+                self.placement.on_head(msg.address, (info.subject, info.address), info.head)
+        if kind is proto.HeadMsg or kind is proto.DirectHeadMsg or kind is proto.DirectPartitionsMsg:
+            # Learn the partitions this store does not hold, with their heads, before WriterState looks.
+            for subject, address, head in self._heads_in(msg):
+                if (subject, address) not in self.partitions:
+                    self._partition(subject, address, head)
+        super().on_message(msg)
+
+    def _heads_in(self, msg: object) -> list[tuple[str, str, int]]:
+        if type(msg) is proto.HeadMsg:
+            return [(msg.subject, msg.address, msg.sequence)] if "\0" not in msg.address else []
+        return self.store_heads(msg)
+
+    def _on_member(self, msg: proto.StoreMemberMsg) -> None:
+        line = self.placement.on_member(StoreMember(
+            msg.store, msg.rack, msg.replicas, msg.address, msg.reader, self.now, frozenset(msg.filling),
+            msg.leaving))
+        if line is not None:
+            log.warning("store writer %s: %s", self.address, line)
+        if msg.leaving:
+            log.info("store writer %s: store %s leaves", self.address, msg.store)
+
+    # -- heartbeats -----------------------------------------------------------
+
+    def heartbeat(self) -> None:
+        """Queue this store's STORE-MEMBER.  A store that stops sends no last one with ``leaving``: it may be
+        restarting, and a restart moves nothing (it is placed anew after ``store/dead_ms`` only)."""
+        self.out.append(proto.encode(proto.StoreMemberMsg(
+            self.address, self.placement.store, self.placement.rack, self.placement.replicas, self.reader,
+            tuple(self.filling_now()))))
+
+    def filling_now(self) -> list[Key]:
+        """The partitions this store took up and does not yet hold to the head it knew then."""
+        done = [key for key, target in self.filling.items()
+                if key not in self.partitions or self.partitions[key].written >= target]
+        for key in done:
+            del self.filling[key]
+        return list(self.filling)
+
+    # -- placing --------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        super().tick(now)
+        self.place(now)
+
+    def place(self, now: float) -> None:
+        """Expire the stores not heard for ``store/dead_ms``; when the view changed, take up the partitions
+        this store now owns and begin handing over those it no longer owns; finish the handoffs that are due."""
+        placement = self.placement
+        for store in placement.expire(now):
+            log.warning("store writer %s: store %s not heard for %.0f s: its partitions are placed again",
+                        self.address, store, placement.dead_after)
+        if not self.settled:
+            if now < self.settle_until:
+                return
+            self.settled = True
+        view = frozenset(placement.view().items())
+        if view != self._view:
+            first = not self._view
+            self._view = view
+            self._replace(now, moved=not first)
+        if self.handing:
+            self._hand_over(now)
+
+    def _replace(self, now: float, moved: bool) -> None:
+        """Place every known partition again (``moved``: after a change of the view, not the first time, when
+        the partitions heard while settling are taken up)."""
+        placement = self.placement
+        for key, head in list(self.elsewhere.items()):
+            if placement.owns(key):
+                del self.elsewhere[key]
+                p = self._add(key[0], key[1], -1)
+                self.filling[key] = head
+                if head > p.known_head:
+                    p.known_head = head
+                    self._request(p)
+                if moved:
+                    self.moves_in += 1
+                    log.info("store writer %s: takes up %s/%s (head %d)", self.address, key[0], key[1], head)
+        for key, p in self.partitions.items():
+            if key not in self.handing and not placement.owns(key):
+                self.handing[key] = p.written
+                log.info("store writer %s: hands %s/%s over to %s", self.address, key[0], key[1],
+                         ", ".join(placement.owners(key)))
+        self._ask(now)
+
+    def _ask(self, now: float) -> None:
+        if now - self._asked >= ASK_EVERY:
+            self._asked = now
+            self.ask_heads()
+
+    def _hand_over(self, now: float) -> None:
+        waiting = False
+        for key, head in list(self.handing.items()):
+            p = self.partitions.get(key)
+            if p is None or self.placement.owns(key):
+                del self.handing[key]
+                self.placement.handoffs.pop(key, None)
+                continue
+            if self.placement.holds(key, now, head):
+                waiting = True
+                continue
+            del self.handing[key]
+            self.placement.handoffs.pop(key, None)
+            self.forget(p)
+            self.elsewhere[key] = max(p.written, p.known_head)
+            self.released.append(p)
+            self.moves_out += 1
+        if waiting:
+            self._ask(now)
+
+    def under_replicated(self, now: float) -> list[Key]:
+        """The partitions this store knows of that have fewer than R live owners holding them."""
+        known: Iterable[Key] = list(self.partitions) + list(self.elsewhere)
+        return self.placement.under_replicated(known, now, self.filling_now())
