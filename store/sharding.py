@@ -150,15 +150,14 @@ class ShardedWriterState(WriterState):
             self.settled = True
         view = frozenset(placement.view().items())
         if view != self._view:
-            first = not self._view
             self._view = view
-            self._replace(now, moved=not first)
+            self._replace(now)
         if self.handing:
             self._hand_over(now)
 
-    def _replace(self, now: float, moved: bool) -> None:
-        """Place every known partition again (``moved``: after a change of the view, not the first time, when
-        the partitions heard while settling are taken up)."""
+    def _replace(self, now: float) -> None:
+        """Place every known partition again: take up those this store now owns (a move when others hold
+        records of it), begin handing over those it no longer owns."""
         placement = self.placement
         for key, head in list(self.elsewhere.items()):
             if placement.owns(key):
@@ -168,7 +167,7 @@ class ShardedWriterState(WriterState):
                 if head > p.known_head:
                     p.known_head = head
                     self._request(p)
-                if moved:
+                if head >= 0:
                     self.moves_in += 1
                     log.info("store writer %s: takes up %s/%s (head %d)", self.address, key[0], key[1], head)
         for key, p in self.partitions.items():

@@ -56,8 +56,10 @@ def failed(item) -> bool:
 
 @pytest.fixture
 def cluster(request, processes, tower, tmp_path):
-    """Role processes against the root ``tower`` fixture; their logs are shown if the test fails."""
-    c = Cluster(processes, tmp_path / "cluster", tower.sub_endpoint, tower.pub_endpoint)
+    """Role processes against the root ``tower`` fixture; their logs are shown if the test fails.  A test
+    module's ``CLUSTER_CONFIG`` (if any) is every role's config."""
+    c = Cluster(processes, tmp_path / "cluster", tower.sub_endpoint, tower.pub_endpoint,
+                **getattr(request.module, "CLUSTER_CONFIG", {}))
     yield c
     if failed(request.node):
         print(c.tails())

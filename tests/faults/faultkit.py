@@ -244,7 +244,7 @@ class Cluster:
         return role
 
     def consumer(self, name: str, topic: str, *, offsets: bool = False, reset: str = "earliest",
-                 group: str | None = None, slow_seconds: float = 0.0, **config) -> Role:
+                 group: str | None = None, slow_seconds: float = 0.0, slow_delay: float = 0.0, **config) -> Role:
         runs = self.runs.setdefault(name, [])
         log = self.dir / f"{name}.run{len(runs) + 1}.consumer.log"
         offsets_path = self.dir / f"{name}.offsets" if offsets else None
@@ -255,6 +255,8 @@ class Cluster:
             args += ["--group", group]
         if slow_seconds:
             args += ["--slow-seconds", str(slow_seconds)]
+        if slow_delay:
+            args += ["--slow-delay", str(slow_delay)]
         role = self._start("consumer", name, args, log, offsets_path)
         runs.append(role)
         role.wait_ready()

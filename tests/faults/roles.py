@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -323,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--pub", required=True)
 
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("dafka.store.sharding").setLevel(logging.INFO)  # moves of sharded stores: rare, telling
     return {"producer": run_producer, "consumer": run_consumer, "store": run_store, "tower": run_tower}[args.role](args)
 
 
