@@ -58,6 +58,7 @@ STORES = ("s1", "s2", "s3")
 PRODUCERS = ("p1", "p2", "p3", "p4")
 RATE = 200  # records a second per producer
 VALUE_SIZE = 32
+DEAD_MS = 5000  # store/dead_ms of sharded runs
 KINDS = ("kill", "stop", "partition", "lossy", "disk", "wipe")
 
 
@@ -72,9 +73,12 @@ class Fault:
         return f"{self.at:7.1f}s {self.kind:<9} {self.target:<6} for {self.duration:.1f}s"
 
 
-def schedule(seed: int, duration: float) -> list[Fault]:
+def schedule(seed: int, duration: float, stores: tuple[str, ...] = STORES, store_recovery: float = 4.0) -> list[Fault]:
     """The faults of a run: one every 1.5-5 s, overlapping, none starting in
-    the last 5 s; at most one store down at a time."""
+    the last 5 s; at most one store down at a time, and ``store_recovery``
+    seconds after a store's fault before the next store fault (sharded
+    stores: a wiped store is a new one, and its old self's partitions are
+    placed again only after store/dead_ms)."""
     rng = random.Random(seed)
     faults: list[Fault] = []
     busy: dict[str, float] = {}  # target -> when its fault (and a moment to recover) is over
@@ -82,15 +86,15 @@ def schedule(seed: int, duration: float) -> list[Fault]:
                "wipe": (1, 2)}
     t = 2.0
     while t < duration - 5:
-        free = {target for target in ("tower", *STORES, *PRODUCERS, "c1", "c2", "link") if busy.get(target, 0) <= t}
-        store_down = any(busy.get(s, 0) > t for s in STORES)
+        free = {target for target in ("tower", *stores, *PRODUCERS, "c1", "c2", "link") if busy.get(target, 0) <= t}
+        store_down = any(busy.get(s, 0) > t for s in stores)
         kind = rng.choice(KINDS)
         if kind in ("disk", "wipe"):
-            targets = [] if store_down else sorted(free & set(STORES))
+            targets = [] if store_down else sorted(free & set(stores))
         elif kind == "kill":
-            targets = sorted(free & {"tower", *PRODUCERS, "c1", *([] if store_down else STORES)})
+            targets = sorted(free & {"tower", *PRODUCERS, "c1", *([] if store_down else stores)})
         elif kind == "stop":
-            targets = sorted(free & {"tower", *PRODUCERS, "c1", "c2", *([] if store_down else STORES)})
+            targets = sorted(free & {"tower", *PRODUCERS, "c1", "c2", *([] if store_down else stores)})
         else:
             targets = ["link"] if "link" in free else []
         if not targets:
@@ -98,7 +102,11 @@ def schedule(seed: int, duration: float) -> list[Fault]:
             continue
         target = rng.choice(targets)
         length = rng.uniform(*lengths[kind])
-        busy[target] = t + length + (4 if target in STORES else 1)  # back up and caught up before its next fault
+        if target in stores:  # back up and caught up before the next store fault
+            for store in stores:
+                busy[store] = max(busy.get(store, 0), t + length + store_recovery)
+        else:
+            busy[target] = t + length + 1
         faults.append(Fault(round(t, 1), kind, target, round(length, 1)))
         t += rng.uniform(1.5, 5.0)
     return faults
@@ -110,6 +118,8 @@ class Nemesis:
 
     workdir: Path
     processes: Processes
+    stores: tuple[str, ...] = STORES
+    replicas: int = 0  # store/replicas: 0, every store holds everything; else sharded stores (rfc 16)
     log: list[str] = field(default_factory=list)
     killed_producers: set[str] = field(default_factory=set)
 
@@ -118,7 +128,8 @@ class Nemesis:
         self.cluster = Cluster(self.processes, self.workdir / "a", f"tcp://127.0.0.1:{self.tower_sub}",
                                f"tcp://127.0.0.1:{self.tower_pub}",
                                **{"producer/min_acks": 2, "beacon/interval": 500, "beacon/timeout": 2000,
-                                  "consumer/heads_interval": 500})
+                                  "consumer/heads_interval": 500, "store/replicas": self.replicas,
+                                  "store/dead_ms": DEAD_MS, "store/handoff_ms": 2000})
         self.tower = self.cluster.tower("t", self.tower_sub, self.tower_pub)
         self.tower_b = Tower(Config.load(overrides={"tower/sub_address": "tcp://127.0.0.1:*",
                                                     "tower/pub_address": "tcp://127.0.0.1:*"})).start()
@@ -129,9 +140,9 @@ class Nemesis:
                                (self.tower_b.sub_endpoint, self.tower_b.pub_endpoint), self._link_fault)
         self.side_b = Cluster(self.processes, self.workdir / "b", self.tower_b.sub_endpoint,
                               self.tower_b.pub_endpoint, **{"consumer/heads_interval": 500})
-        self.fail_files = {name: self.workdir / f"{name}.full" for name in STORES}
+        self.fail_files = {name: self.workdir / f"{name}.full" for name in self.stores}
         self.roles: dict[str, Role] = {}
-        for name in STORES:
+        for name in self.stores:
             self.roles[name] = self.cluster.store(name, fail_writes_file=self.fail_files[name])
         self.roles["c1"] = self.cluster.consumer("c1", TOPIC, offsets=True)
         self.roles["c2"] = self.side_b.consumer("c2", TOPIC)
@@ -161,7 +172,7 @@ class Nemesis:
     def _restart(self, target: str) -> None:
         if target == "tower":
             self.tower = self.cluster.tower("t", self.tower_sub, self.tower_pub)
-        elif target in STORES:
+        elif target in self.stores:
             old = self.roles[target]
             self.roles[target] = self.cluster.store(target, db=old.db, fail_writes_file=self.fail_files[target])
         elif target == "c1":
@@ -239,8 +250,8 @@ class Nemesis:
             except BaseException:
                 print(self.cluster.tails(), self.side_b.tails(), sep="\n")
                 raise
-        stores = {name: self.roles[name].db for name in STORES}
-        for name in ("c1", "c2", *STORES):
+        stores = {name: self.roles[name].db for name in self.stores}
+        for name in ("c1", "c2", *self.stores):
             self.roles[name].stop(30)
         runs = {**self.cluster.consumer_runs(), **self.side_b.consumer_runs()}
         reports = []
@@ -272,10 +283,13 @@ def table(seed: int, duration: float, faults: list[Fault], reports: list[Report]
     return "\n".join(lines)
 
 
-def run(seed: int, duration: float, workdir: Path, processes: Processes, say=print) -> tuple[list[Report], str]:
-    faults = schedule(seed, duration)
-    say(f"nemesis: seed {seed}, {duration:.0f} s, {len(faults)} faults")
-    nemesis = Nemesis(workdir, processes)
+def run(seed: int, duration: float, workdir: Path, processes: Processes, say=print, *,
+        stores: tuple[str, ...] = STORES, replicas: int = 0) -> tuple[list[Report], str]:
+    """One run; with ``replicas``, sharded stores (``stores`` of them, each partition on ``replicas``)."""
+    faults = schedule(seed, duration, stores, store_recovery=4.0 if not replicas else 4.0 + DEAD_MS / 1000 + 4.0)
+    say(f"nemesis: seed {seed}, {duration:.0f} s, {len(faults)} faults, {len(stores)} stores"
+        + (f", store/replicas {replicas}" if replicas else ""))
+    nemesis = Nemesis(workdir, processes, stores, replicas)
     try:
         nemesis.run(faults, duration, say)
         reports, unacked = nemesis.finish()
@@ -294,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: random, printed)")
     ap.add_argument("--duration", type=float, default=90.0, help="seconds of faults before healing")
+    ap.add_argument("--stores", type=int, default=len(STORES), help="store processes")
+    ap.add_argument("--replicas", type=int, default=0, help="store/replicas: sharded stores (0: each holds all)")
     a = ap.parse_args(argv)
     seed = a.seed if a.seed is not None else random.randrange(1 << 31)
     processes = Processes()
@@ -301,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        reports, _ = run(seed, a.duration, workdir, processes)
+        reports, _ = run(seed, a.duration, workdir, processes,
+                         stores=tuple(f"s{n + 1}" for n in range(a.stores)), replicas=a.replicas)
     finally:
         processes.cleanup()
     anomalies = sum(r.anomalies for r in reports)
