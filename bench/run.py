@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -380,11 +381,41 @@ def role_store(a: argparse.Namespace) -> None:
     store = Store(config(a.sub, a.pub, **dict(kv.split("=", 1) for kv in a.set or ())), db=a.db).start()
     cpu = cpu_seconds()
     print("ready", flush=True)
+    done = threading.Event()
+    if a.progress:  # its counters, for an orchestrator that watches moves (bench/shard_bench.py)
+        def report() -> None:
+            while not done.wait(0.2):
+                Path(a.progress + ".tmp").write_text(json.dumps({**store.stats(), "cpu_s": cpu_seconds() - cpu}))
+                os.replace(a.progress + ".tmp", a.progress)
+        threading.Thread(target=report, daemon=True).start()
     sys.stdin.readline()
+    done.set()
     stats = store.stats()
+    cpu_s = cpu_seconds() - cpu
     store.stop()
     # per record written or served: the store's CPU covers both
-    emit({"store": stats}, cpu, stats["records_written"] + stats["records_served"])
+    emit({"store": stats, "cpu_s": cpu_s}, cpu, stats["records_written"] + stats["records_served"])
+
+
+def role_partitions(a: argparse.Namespace) -> None:
+    """``--producers`` producers (partitions) in one process, each sending ``--records`` records of
+    ``--size`` bytes, acked by ``--min-acks`` stores: many partitions without a process each."""
+    from dafka import Producer
+
+    settings = config(a.sub, a.pub, **{"producer/min_acks": a.min_acks})
+    producers = [Producer(a.topic, settings) for _ in range(a.producers)]
+    time.sleep(a.warmup)
+    body = b"x" * a.size
+    started = time.perf_counter()
+    for _ in range(a.records):
+        for producer in producers:
+            producer.send(body)
+    for producer in producers:
+        producer.flush(timeout=600)
+    emit({"sent": a.records * a.producers, "seconds": time.perf_counter() - started,
+          "partitions": [p.address for p in producers]})
+    for producer in producers:
+        producer.close(timeout=30)
 
 
 def role_group_member(a: argparse.Namespace) -> None:
@@ -418,6 +449,7 @@ def role_group_member(a: argparse.Namespace) -> None:
 
 ROLES = {
     "group-member": role_group_member,
+    "partitions": role_partitions,
     "raw-pub": role_raw_pub,
     "raw-sub": role_raw_sub,
     "producer": role_producer,
@@ -972,6 +1004,13 @@ def guarded(scenario, *args, **kwargs) -> dict:
         return {"error": str(exc)}
 
 
+def scenario_shards(a: argparse.Namespace) -> dict:
+    """bench/shard_bench.py: sharded stores' capacity against S, and a rebalance."""
+    return scenario_module("shard_bench").run_all(
+        sys.modules[__name__], [int(s) for s in a.shard_stores.split(",")], a.shard_records,
+        [int(s) for s in a.sizes.split(",")], a.shard_partitions)
+
+
 def scenario_scale(a: argparse.Namespace) -> dict:
     """bench/scale_bench.py: discovery's cost against the number of peers."""
     scale_bench = scenario_module("scale_bench")
@@ -1216,8 +1255,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--skip", default="",
                     help="comma-separated scenarios to skip (recovery, store, bulk, partitions, groups, idle, hold, "
-                         "spark, cdc, mirror, burst, scale)")
-    ap.add_argument("--only", choices=("cdc", "mirror", "burst", "scale"),
+                         "spark, cdc, mirror, burst, scale, shards)")
+    ap.add_argument("--only", choices=("cdc", "mirror", "burst", "scale", "shards"),
                     help="run only this scenario (burst measures its own ceiling)")
     ap.add_argument("--ab", nargs="?", const="v0.2.0", metavar="REV",
                     help="same-run A/B: this checkout against REV (default: the last release, v0.2.0) in "
@@ -1238,6 +1277,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-peers", default="100,500,2000,10000",
                     help="cluster sizes of the discovery scale scenario (simulated peers; see bench/scale_bench.py)")
     ap.add_argument("--scale-seconds", type=float, default=20.0, help="how long the scale scenario measures CPU at each size")
+    ap.add_argument("--shard-stores", default="1,2,4,8", help="store counts of the shards scenario (bench/shard_bench.py)")
+    ap.add_argument("--shard-records", type=int, default=200_000, help="records of each row of the shards scenario")
+    ap.add_argument("--shard-partitions", type=int, default=40, help="partitions of the shards scenario's rebalance")
     # role options
     ap.add_argument("--sub")
     ap.add_argument("--pub")
@@ -1260,7 +1302,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", default="1,8,32,128", help="producer counts of the many-partitions scenario")
     ap.add_argument("--linger", type=float, default=0.0)
     ap.add_argument("--stay", action="store_true", help="producer role: after its result, stay until a line on stdin")
-    ap.add_argument("--progress", help="group-member role: the file it writes its count of records to")
+    ap.add_argument("--progress", help="group-member role: the file it writes its count of records to; store role: "
+                                       "its stats, a few times a second")
+    ap.add_argument("--producers", type=int, default=1, help="partitions role: producers in the process")
     ap.add_argument("--group-members", default="1,2,4", help="member counts of the consumer group scenario")
     a = ap.parse_args(argv)
     if a.role:
@@ -1282,7 +1326,8 @@ def main(argv: list[str] | None = None) -> int:
         only = {"cdc": lambda: scenario_cdc(a.cdc_records, a.bootstrap_rows, a.cdc_latency_seconds),
                 "mirror": lambda: scenario_mirror(a),
                 "burst": lambda: scenario_store_burst(a.burst_records, a.burst_set),
-                "scale": lambda: scenario_scale(a)}
+                "scale": lambda: scenario_scale(a),
+                "shards": lambda: scenario_shards(a)}
         results = {a.only: only[a.only]()}
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=2))
@@ -1351,6 +1396,8 @@ def main(argv: list[str] | None = None) -> int:
         results["burst"] = scenario_store_burst(a.burst_records, a.burst_set)
     if "scale" not in skip:
         results["scale"] = scenario_scale(a)
+    if "shards" not in skip and "store" not in skip and store_available():
+        results["shards"] = scenario_shards(a)
     if "hold" not in skip:
         results["hold"] = scenario_hold_unacked(a.hold_records)
         h = results["hold"]

@@ -297,6 +297,7 @@ class LivePeer:
         deadline = time.monotonic() + timeout
         heads: dict[str, int] = {}
         tails: dict[str, int] = {}
+        held: dict[str, dict[str, int]] = {}  # partition -> reader -> its head there
         asked: set[str] = set()
         whole: set[str] = set()  # readers whose DIRECT-PARTITIONS came: their answer is complete
         requests: dict[str, str] = {}  # reader -> its request endpoint, as its DIRECT-PARTITIONS said
@@ -312,6 +313,7 @@ class LivePeer:
                         if info.subject == topic:
                             heads[info.address] = max(heads.get(info.address, -1), info.head)
                             tails[info.address] = min(tails.get(info.address, info.tail), info.tail)
+                            held.setdefault(info.address, {})[msg.address] = info.head
                     whole.add(msg.address)
                     if msg.endpoint:
                         requests[msg.address] = msg.endpoint
@@ -340,7 +342,7 @@ class LivePeer:
         data = {sender: endpoint for endpoint, sender in self.peers.items() if endpoint not in self.dead}
         direct = tuple(ReaderAt(r, data[r], requests[r]) for r in sorted(asked) if r in requests and r in data)
         return Discovery(heads, sorted(asked), len(self.peers), tails=tails if exact else None,
-                         direct=direct if exact and len(direct) == len(asked) else ())
+                         direct=direct if exact and len(direct) == len(asked) else (), held=held)
 
 
 @dataclass
@@ -350,7 +352,14 @@ class Discovery:
     peers: int = 0
     tails: dict[str, int] | None = None  # partition -> oldest sequence kept, where every reader said
     direct: tuple[ReaderAt, ...] = ()  # every reader asked, reachable without the tower
+    held: dict[str, dict[str, int]] = field(default_factory=dict)  # partition -> reader -> head it holds
     when: float = field(default_factory=time.time)
+
+    def holders(self, partition: str, last: int) -> tuple[ReaderAt, ...]:
+        """The direct readers that hold ``partition`` up to offset ``last`` (sharded stores, rfc 16, hold a
+        partition on store/replicas stores only; a store that is still filling it holds less)."""
+        held = self.held.get(partition, {})
+        return tuple(r for r in self.direct if held.get(r.reader, -1) >= last)
 
 
 def discover(config: Config, topic: str, *, tower_timeout: float, timeout: float,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -114,6 +115,13 @@ class Layout:
     # reader found through the tower when each said where it takes requests (DIRECT-PARTITIONS)
     via: tuple[live.ReaderAt, ...] = ()
     through_path: bool = False  # via is the store running on the directory: no tower to fall back on
+    found: live.Discovery | None = None  # what the stores said: which holds which partition
+
+    def via_for(self, partition: str, last: int, task: int) -> tuple[live.ReaderAt, ...]:
+        """The reader a task reads offsets up to ``last`` of ``partition`` from, without the tower: one of
+        those that hold it (``task`` spreads the tasks over them), else every direct reader."""
+        holders = self.found.holders(partition, last) if self.found is not None and not self.through_path else ()
+        return (holders[task % len(holders)],) if holders else self.via
 
 
 def _layout_path(opts: Options, lock_timeout: float = PLANNING_LOCK_TIMEOUT) -> Layout:
@@ -143,7 +151,7 @@ def _layout_path(opts: Options, lock_timeout: float = PLANNING_LOCK_TIMEOUT) -> 
 def _layout_discovery(opts: Options, found: live.Discovery) -> Layout:
     if found.tails is not None:  # every store said where its partitions start (DIRECT-PARTITIONS)
         layout = Layout({p: (min(found.tails.get(p, 0), head + 1), head + 1) for p, head in found.heads.items()},
-                        exact=True, readers=found.readers, via=found.direct)
+                        exact=True, readers=found.readers, via=found.direct, found=found)
     else:
         layout = Layout({p: (0, head + 1) for p, head in found.heads.items()}, exact=False, readers=found.readers)
     if not found.heads and opts.mode == "read":
@@ -192,9 +200,10 @@ def _split(topic: str, partition: str, start: int, end: int, from_earliest: bool
     if end <= start:
         return []
     step = end - start if per_task is None else per_task
-    return [DafkaRange(topic, partition, s, min(s + step, end), from_earliest, layout.readers, layout.via,
-                       layout.through_path)
-            for s in range(start, end, step)]
+    first = zlib.crc32(partition.encode())  # a partition's tasks, and the partitions, spread over the stores
+    return [DafkaRange(topic, partition, s, min(s + step, end), from_earliest, layout.readers,
+                       layout.via_for(partition, min(s + step, end) - 1, first + n), layout.through_path)
+            for n, s in enumerate(range(start, end, step))]
 
 
 def _read(opts: Options, schema: StructType, part: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -11,7 +11,7 @@ from helpers import require_pyspark
 
 require_pyspark()
 
-from .conftest import PARTITIONS, RECORDS, TOPIC, expected_rows
+from .conftest import PARTITIONS, RECORDS, TOPIC, expected_rows, value_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -149,3 +149,43 @@ def test_sessions_without_filter_pushdown(spark, stopped_store):
     finally:
         register(spark)
     assert spark.conf.get(PUSHDOWN_CONF) == "true"
+
+
+def test_tower_read_of_sharded_stores_reads_each_partition_from_a_store_that_holds_it(spark, tmp_path):
+    """Three stores, each partition on two (rfc 16): every record once, and the tasks spread over the
+    stores, each reading a partition from one that holds it."""
+    from helpers import loopback_config, wait_for
+    from dafka import Producer
+    from dafka.store import Store
+    from dafka.towerd.tower import Tower
+
+    sharded = {"beacon__interval": 200, "beacon__timeout": 1000, "store__replicas": 2, "store__dead_ms": 3000}
+    tower = Tower(loopback_config()).start()
+    stores = [Store(loopback_config(tower, **sharded), db=str(tmp_path / f"s{n}")).start() for n in range(3)]
+    try:
+        produced = {}
+        producers = [Producer("sharded", loopback_config(tower, producer__min_acks=2, **sharded)) for _ in range(6)]
+        try:
+            for n, producer in enumerate(producers):
+                produced[producer.address] = [value_of(n, seq) for seq in range(2000)]
+                for value in produced[producer.address]:
+                    producer.send(value)
+            for producer in producers:
+                producer.flush(60)
+        finally:
+            for producer in producers:
+                producer.close(10)
+        wait_for(lambda: sum(len(s.heads()) for s in stores) == 12, 20, what="each partition on 2 stores")
+        served = [s.stats()["records_served"] for s in stores]
+        rows = (spark.read.format("dafka").options(topic="sharded", tower=tower.pub_endpoint,
+                                                   towerSub=tower.sub_endpoint, maxRecordsPerPartition="500")
+                .load().collect())
+        assert sorted((r.partition, r.offset, bytes(r.value)) for r in rows) == sorted(
+            (p, offset, value) for p, values in produced.items() for offset, value in enumerate(values))
+        read = [s.stats()["records_served"] - before for s, before in zip(stores, served)]
+        assert sum(read) == 12_000  # each record from one store: no store answered a task it was not asked
+        assert all(n > 0 for n in read)  # the tasks spread over the three stores
+    finally:
+        for store in stores:
+            store.stop()
+        tower.stop()

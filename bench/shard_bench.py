@@ -1,0 +1,176 @@
+"""The shards scenario of bench/run.py: what sharded stores (rfc 16) buy as the cluster grows.
+
+Capacity: for S = 1, 2, 4, 8 store processes, sharded (``store/replicas`` R =
+2, 1 at S = 1) and unsharded (every store holds everything), P producer
+processes send ``records`` records between them with ``min_acks`` = R.  Each
+row gives the acked rate (from the first send to the last producer's last
+ACK) against the same run's ceiling, each store's CPU per acked record and
+their sum, and each store's disk against R/S of the data (the data: the
+unsharded S = 1 store's disk).
+
+Rebalance: four sharded stores (R = 2) hold ``partitions`` partitions (one
+process of that many producers); a consumer from the beginning measures the
+bulk catch-up rate; then, while a producer sends 2,000 stamped records a
+second to a live consumer, a fifth store joins.  It reports the fraction of
+partitions that moved (ideal R/5), the rate at which the newcomer copied its
+share against the catch-up rate, and the live consumer's p99 during the move.
+
+Run alone: ``python3 bench/run.py --only shards`` (``--shard-stores``,
+``--shard-records``, ``--shard-partitions``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+
+SHARDED = ["beacon/interval=300", "beacon/timeout=1500", "store/dead_ms=5000", "store/handoff_ms=1000"]
+PRODUCERS = 4
+LIVE_RATE = 2000  # records a second of the live producer during the rebalance
+
+
+def _disk(path: str) -> int:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def _stats(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def capacity(run: ModuleType, stores: int, replicas: int, records: int, size: int) -> dict:
+    """One row: ``stores`` stores (``replicas`` 0: unsharded), :data:`PRODUCERS` producers, ``records`` in all."""
+    c = run.Cluster()
+    base = tempfile.mkdtemp(prefix="dafka-bench-shards-")
+    acks = replicas or min(2, stores)
+    settings = SHARDED + [f"store/replicas={replicas}"] if replicas else []
+    each = records // PRODUCERS
+    try:
+        procs = [c.store(f"{base}/s{n}", settings) for n in range(stores)]
+        time.sleep(2.0)  # the stores meet and settle (three beacon intervals)
+        producers = [c.spawn("producer", "--records", str(each), "--size", str(size), "--min-acks", str(acks),
+                             "--warmup", "0", "--wait-peers", str(2 * stores + PRODUCERS - 1),
+                             *(["--set", "store/replicas=" + str(replicas)] if replicas else []))
+                     for _ in range(PRODUCERS)]
+        ps = [run.result_of(p) for p in producers]
+        results = [run.Cluster.stop_store(p) for p in procs]
+        total = each * PRODUCERS
+        started = min(p["send_started"] for p in ps)
+        finished = max(p["send_started"] + p["ack_seconds"] for p in ps)
+        cpu = [r["cpu_s"] / total * 1e6 for r in results]
+        return {"stores": stores, "replicas": replicas, "min_acks": acks, "records": total, "size": size,
+                "rate": total / (finished - started),
+                "store_cpu_us": [round(x, 3) for x in cpu], "store_cpu_us_sum": round(sum(cpu), 3),
+                "producer_cpu_us": round(sum(p["cpu_phases"]["sending"] for p in ps) / total * 1e6, 3),
+                "disk": [_disk(f"{base}/s{n}") for n in range(stores)],
+                "rss_mib": {"store (max)": max(r["rss_mib"] for r in results)}}
+    finally:
+        c.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def rebalance(run: ModuleType, partitions: int, records: int, size: int) -> dict:
+    """Four sharded stores, then a fifth joins under a live stream."""
+    c = run.Cluster()
+    base = tempfile.mkdtemp(prefix="dafka-bench-rebalance-")
+    settings = SHARDED + ["store/replicas=2"]
+    each = max(1, records // partitions)
+    try:
+        stores = [c.spawn("store", "--db", f"{base}/s{n}", "--progress", f"{base}/s{n}.json",
+                          *(arg for kv in settings for arg in ("--set", kv)), stdin=True) for n in range(4)]
+        for proc in stores:
+            proc.stdout.readline()
+        time.sleep(2.0)
+        filler = c.spawn("partitions", "--producers", str(partitions), "--records", str(each), "--size", str(size),
+                         "--min-acks", "2", "--warmup", "2", "--set", "store/replicas=2")
+        run.result_of(filler)
+        total = each * partitions
+        catchup = run.result_of(c.spawn("consumer", "--records", str(total), "--reset", "earliest"))
+        catchup_rate = catchup["received"] / catchup["seconds"] if catchup.get("seconds") else 0.0
+        # The live stream, and its consumer (from the latest: the stored partitions are not its business).
+        live_records = LIVE_RATE * 20
+        consumer = c.spawn("consumer", "--records", str(live_records), "--reset", "latest", "--stamp",
+                           "--topic", "live")
+        live = c.spawn("producer", "--records", str(live_records), "--size", str(max(size, 16)), "--rate",
+                       str(LIVE_RATE), "--min-acks", "2", "--topic", "live", "--warmup", "1",
+                       "--set", "store/replicas=2")
+        time.sleep(4.0)  # the stream flows
+        joined = time.monotonic()
+        newcomer = c.spawn("store", "--db", f"{base}/s4", "--progress", f"{base}/s4.json",
+                           *(arg for kv in settings for arg in ("--set", kv)), stdin=True)
+        newcomer.stdout.readline()
+        stores.append(newcomer)
+        files = [Path(f"{base}/s{n}.json") for n in range(5)]
+        moved_at = None
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            now = [_stats(f) for f in files]
+            if all(s.get("under_replicated") == 0 for s in now) and \
+                    sum(s.get("partitions", 0) for s in now) == 2 * (partitions + 1) and now[4].get("moves_in"):
+                moved_at = time.monotonic()
+                break
+        final = [_stats(f) for f in files]
+        live_result = run.result_of(live)
+        consumer_result = run.result_of(consumer)
+        results = [run.Cluster.stop_store(p) for p in stores]
+        written = results[4]["store"]["records_written"]
+        return {"partitions": partitions, "records": total, "size": size,
+                "moved": final[4].get("moves_in", 0), "moved_fraction": final[4].get("moves_in", 0) / partitions,
+                "others_took_up": sum(s.get("moves_in", 0) for s in final[:4]),
+                "handed_over": sum(s.get("moves_out", 0) for s in final[:4]),
+                "move_seconds": None if moved_at is None else moved_at - joined,
+                "copy_rate": None if moved_at is None else written / (moved_at - joined),
+                "catchup_rate": catchup_rate,
+                "live_p50_ms": consumer_result.get("p50_ms"), "live_p99_ms": consumer_result.get("p99_ms"),
+                "live_received": consumer_result.get("received"), "live_sent": live_result.get("sent"),
+                "disk": [_disk(f"{base}/s{n}") for n in range(5)]}
+    finally:
+        c.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run_all(run: ModuleType, stores: list[int], records: int, sizes: list[int], partitions: int) -> dict:
+    ceiling = {size: run.ceiling(min(records, 300_000), size) for size in sizes}
+    out: dict = {"capacity": {}, "ceiling": {size: c["rate"] for size, c in ceiling.items()}}
+    for size in sizes:
+        rows = []
+        ceiling_rate = ceiling[size]["rate"]
+        print(f"\n== shards: S stores, P={PRODUCERS} producers send {records:,} {size}-byte records, "
+              f"min_acks = R (ceiling {ceiling_rate:,.0f}/s) ==")
+        for s in stores:
+            for replicas in ((min(2, s) if s > 1 else 1), 0):
+                row = run.guarded(capacity, run, s, replicas, records, size)
+                row.setdefault("stores", s)
+                row.setdefault("replicas", replicas)
+                rows.append(row)
+                label = f"S={s} " + (f"sharded R={replicas}" if replicas else "unsharded")
+                if "error" in row:
+                    print(f"{label:<24} did not finish: {row['error']}")
+                    continue
+                print(f"{label:<24} {run.fmt_rate(row['rate'], ceiling_rate):<28} store CPU us/acked record: "
+                      f"sum {row['store_cpu_us_sum']:.2f} (" + ", ".join(f"{x:.2f}" for x in row["store_cpu_us"])
+                      + f"); producers {row['producer_cpu_us']:.2f}; disk MiB "
+                      + ", ".join(f"{d / 2**20:.1f}" for d in row["disk"]))
+        out["capacity"][size] = rows
+    size = sizes[0]
+    r = run.guarded(rebalance, run, partitions, records, size)
+    out["rebalance"] = r
+    print(f"\n== rebalance: a fifth store joins four (R=2), {partitions} partitions of {size}-byte records ==")
+    if "error" in r:
+        print(f"did not finish: {r['error']}")
+    else:
+        copy = f"{r['copy_rate']:,.0f}/s" if r["copy_rate"] else "n/a (not settled in 300 s)"
+        print(f"moved {r['moved']} of {partitions} partitions ({r['moved_fraction']:.2f}, ideal 0.40), others took up "
+              f"{r['others_took_up']}, handed over {r['handed_over']}; settled in "
+              f"{r['move_seconds'] or float('nan'):.1f} s; copy {copy} against bulk catch-up "
+              f"{r['catchup_rate']:,.0f}/s; live consumer p50 {r['live_p50_ms'] or float('nan'):.1f} ms, "
+              f"p99 {r['live_p99_ms'] or float('nan'):.1f} ms ({r['live_received']:,} of {r['live_sent']:,})")
+    return out
+
