@@ -399,21 +399,36 @@ def role_store(a: argparse.Namespace) -> None:
 
 def role_partitions(a: argparse.Namespace) -> None:
     """``--producers`` producers (partitions) in one process, each sending ``--records`` records of
-    ``--size`` bytes, acked by ``--min-acks`` stores: many partitions without a process each."""
+    ``--size`` random bytes (1,024 different ones in turn: what a store writes does not compress), acked
+    by ``--min-acks`` stores: many partitions without a process each."""
     from dafka import Producer
 
-    settings = config(a.sub, a.pub, **{"producer/min_acks": a.min_acks})
+    settings = config(a.sub, a.pub, **{"producer/min_acks": a.min_acks, **dict(kv.split("=", 1) for kv in a.set or ())})
+    zmq.Context.instance().max_sockets = 64 * a.producers + 1024  # libzmq's default, 1,023, is 100 producers' worth
     producers = [Producer(a.topic, settings) for _ in range(a.producers)]
     time.sleep(a.warmup)
-    body = b"x" * a.size
+    deadline = time.monotonic() + 60
+    while min(p.stats()["peers_seen"] for p in producers) < a.wait_peers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    bodies = [os.urandom(a.size) for _ in range(1024)]
+    sends = [p.send for p in producers]
+    print("sending", flush=True)  # for an orchestrator that measures the stores' CPU while records flow
+    cpu = cpu_seconds()
     started = time.perf_counter()
-    for _ in range(a.records):
-        for producer in producers:
-            producer.send(body)
+    # Each producer in turn sends a run of 128 records, as a process writing to its partitions in bursts: one
+    # at a time each, the records of a producer would be as far apart as the others' sends take (about 20 us
+    # with 16 producers), on the edge of batching.BURST_GAP, and how many go out in one RECORDS would depend
+    # on how fast the process sends.
+    for first in range(0, a.records, 128):
+        run = [bodies[i % 1024] for i in range(first, min(first + 128, a.records))]
+        for send in sends:
+            for body in run:
+                send(body)
     for producer in producers:
         producer.flush(timeout=600)
-    emit({"sent": a.records * a.producers, "seconds": time.perf_counter() - started,
-          "partitions": [p.address for p in producers]})
+    finished = time.perf_counter()
+    emit({"sent": a.records * a.producers, "send_started": started, "finished": finished,
+          "partitions": [p.address for p in producers]}, cpu, a.records * a.producers)
     for producer in producers:
         producer.close(timeout=30)
 
@@ -1279,7 +1294,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-seconds", type=float, default=20.0, help="how long the scale scenario measures CPU at each size")
     ap.add_argument("--shard-stores", default="1,2,4,8", help="store counts of the shards scenario (bench/shard_bench.py)")
     ap.add_argument("--shard-records", type=int, default=200_000, help="records of each row of the shards scenario")
-    ap.add_argument("--shard-partitions", type=int, default=40, help="partitions of the shards scenario's rebalance")
+    ap.add_argument("--shard-partitions", type=int, default=64,
+                    help="partitions of the shards scenario (its capacity rows and its rebalance)")
     # role options
     ap.add_argument("--sub")
     ap.add_argument("--pub")

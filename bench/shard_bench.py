@@ -1,12 +1,16 @@
 """The shards scenario of bench/run.py: what sharded stores (rfc 16) buy as the cluster grows.
 
 Capacity: for S = 1, 2, 4, 8 store processes, sharded (``store/replicas`` R =
-2, 1 at S = 1) and unsharded (every store holds everything), P producer
-processes send ``records`` records between them with ``min_acks`` = R.  Each
-row gives the acked rate (from the first send to the last producer's last
-ACK) against the same run's ceiling, each store's CPU per acked record and
-their sum, and each store's disk against R/S of the data (the data: the
-unsharded S = 1 store's disk).
+2, 1 at S = 1) and unsharded (every store holds everything), four processes
+of ``partitions`` / 4 producers each send ``records`` records between them,
+random bytes that do not compress, with ``min_acks`` = R.  Each row gives the
+acked rate (from the first send to the last ACK) against the same run's
+ceiling, each store's CPU per acked record (its whole process, while the
+records flow: from the first producer's first send to the last ACK) and
+their sum, and each store's disk against R/S of the
+data (the data: the S = 1 store's disk).  Rendezvous hashing spreads
+partitions at random: with N partitions, a store's share of the R x N
+copies has a standard deviation of sqrt(R N (1/S)(1 - 1/S)).
 
 Rebalance: four sharded stores (R = 2) hold ``partitions`` partitions (one
 process of that many producers); a consumer from the beginning measures the
@@ -22,6 +26,7 @@ Run alone: ``python3 bench/run.py --only shards`` (``--shard-stores``,
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -34,7 +39,21 @@ LIVE_RATE = 2000  # records a second of the live producer during the rebalance
 
 
 def _disk(path: str) -> int:
+    """A stopped store's database size once compacted: what it holds, not when LevelDB last compacted."""
+    import plyvel
+
+    db = plyvel.DB(path)
+    try:
+        db.compact_range()
+    finally:
+        db.close()
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU seconds a process has used so far, all its threads (/proc/PID/stat utime + stime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _stats(path: Path) -> dict:
@@ -44,32 +63,38 @@ def _stats(path: Path) -> dict:
         return {}
 
 
-def capacity(run: ModuleType, stores: int, replicas: int, records: int, size: int) -> dict:
-    """One row: ``stores`` stores (``replicas`` 0: unsharded), :data:`PRODUCERS` producers, ``records`` in all."""
+def capacity(run: ModuleType, stores: int, replicas: int, records: int, size: int, partitions: int) -> dict:
+    """One row: ``stores`` stores (``replicas`` 0: unsharded); :data:`PRODUCERS` processes of
+    ``partitions`` / :data:`PRODUCERS` producers each send ``records`` in all, with ``min_acks`` = R."""
     c = run.Cluster()
     base = tempfile.mkdtemp(prefix="dafka-bench-shards-")
     acks = replicas or min(2, stores)
-    settings = SHARDED + [f"store/replicas={replicas}"] if replicas else []
-    each = records // PRODUCERS
+    settings = SHARDED + [f"store/replicas={replicas}"]  # the same beacon settings sharded or not
+    per_process = max(1, partitions // PRODUCERS)
+    each = max(1, records // (per_process * PRODUCERS))
     try:
         procs = [c.store(f"{base}/s{n}", settings) for n in range(stores)]
         time.sleep(2.0)  # the stores meet and settle (three beacon intervals)
-        producers = [c.spawn("producer", "--records", str(each), "--size", str(size), "--min-acks", str(acks),
-                             "--warmup", "0", "--wait-peers", str(2 * stores + PRODUCERS - 1),
-                             *(["--set", "store/replicas=" + str(replicas)] if replicas else []))
+        producers = [c.spawn("partitions", "--producers", str(per_process), "--records", str(each), "--size",
+                             str(size), "--min-acks", str(acks), "--warmup", "1",
+                             "--wait-peers", str(2 * stores + PRODUCERS * per_process - 1),
+                             *(["--set", f"store/replicas={replicas}"] if replicas else []))
                      for _ in range(PRODUCERS)]
+        producers[0].stdout.readline()  # the first producer sends: the stores' CPU from here...
+        before = [_cpu_seconds(p.pid) for p in procs]
         ps = [run.result_of(p) for p in producers]
+        after = [_cpu_seconds(p.pid) for p in procs]  # ...to the last ACK
         results = [run.Cluster.stop_store(p) for p in procs]
-        total = each * PRODUCERS
+        total = each * per_process * PRODUCERS
         started = min(p["send_started"] for p in ps)
-        finished = max(p["send_started"] + p["ack_seconds"] for p in ps)
-        cpu = [r["cpu_s"] / total * 1e6 for r in results]
+        finished = max(p["finished"] for p in ps)
+        cpu = [(b - a) / total * 1e6 for a, b in zip(before, after)]
+        disk = [_disk(f"{base}/s{n}") for n in range(stores)]
         return {"stores": stores, "replicas": replicas, "min_acks": acks, "records": total, "size": size,
-                "rate": total / (finished - started),
+                "partitions": per_process * PRODUCERS, "rate": total / (finished - started),
                 "store_cpu_us": [round(x, 3) for x in cpu], "store_cpu_us_sum": round(sum(cpu), 3),
-                "producer_cpu_us": round(sum(p["cpu_phases"]["sending"] for p in ps) / total * 1e6, 3),
-                "disk": [_disk(f"{base}/s{n}") for n in range(stores)],
-                "rss_mib": {"store (max)": max(r["rss_mib"] for r in results)}}
+                "producer_cpu_us": round(sum(p["cpu_us"] for p in ps) / len(ps), 3),
+                "disk": disk, "rss_mib": {"store (max)": max(r["rss_mib"] for r in results)}}
     finally:
         c.close()
         shutil.rmtree(base, ignore_errors=True)
@@ -80,16 +105,20 @@ def rebalance(run: ModuleType, partitions: int, records: int, size: int) -> dict
     c = run.Cluster()
     base = tempfile.mkdtemp(prefix="dafka-bench-rebalance-")
     settings = SHARDED + ["store/replicas=2"]
-    each = max(1, records // partitions)
     try:
         stores = [c.spawn("store", "--db", f"{base}/s{n}", "--progress", f"{base}/s{n}.json",
                           *(arg for kv in settings for arg in ("--set", kv)), stdin=True) for n in range(4)]
         for proc in stores:
             proc.stdout.readline()
         time.sleep(2.0)
-        filler = c.spawn("partitions", "--producers", str(partitions), "--records", str(each), "--size", str(size),
-                         "--min-acks", "2", "--warmup", "2", "--set", "store/replicas=2")
-        run.result_of(filler)
+        per_process = max(1, partitions // PRODUCERS)
+        partitions = per_process * PRODUCERS
+        each = max(1, records // partitions)
+        fillers = [c.spawn("partitions", "--producers", str(per_process), "--records", str(each), "--size",
+                           str(size), "--min-acks", "2", "--warmup", "2", "--set", "store/replicas=2")
+                   for _ in range(PRODUCERS)]
+        for filler in fillers:
+            run.result_of(filler)
         total = each * partitions
         catchup = run.result_of(c.spawn("consumer", "--records", str(total), "--reset", "earliest"))
         catchup_rate = catchup["received"] / catchup["seconds"] if catchup.get("seconds") else 0.0
@@ -142,11 +171,14 @@ def run_all(run: ModuleType, stores: list[int], records: int, sizes: list[int], 
     for size in sizes:
         rows = []
         ceiling_rate = ceiling[size]["rate"]
-        print(f"\n== shards: S stores, P={PRODUCERS} producers send {records:,} {size}-byte records, "
+        print(f"\n== shards: S stores, {partitions} partitions send {records:,} {size}-byte records, "
               f"min_acks = R (ceiling {ceiling_rate:,.0f}/s) ==")
+        data = None  # one copy of everything: the S = 1 store's disk
         for s in stores:
             for replicas in ((min(2, s) if s > 1 else 1), 0):
-                row = run.guarded(capacity, run, s, replicas, records, size)
+                if s == 1 and not replicas:
+                    continue  # one store: sharded with R = 1 is the same cluster
+                row = run.guarded(capacity, run, s, replicas, records, size, partitions)
                 row.setdefault("stores", s)
                 row.setdefault("replicas", replicas)
                 rows.append(row)
@@ -154,10 +186,14 @@ def run_all(run: ModuleType, stores: list[int], records: int, sizes: list[int], 
                 if "error" in row:
                     print(f"{label:<24} did not finish: {row['error']}")
                     continue
+                data = data or row["disk"][0]
+                share = data * (min(replicas, s) if replicas else s) / s
+                row["disk_vs_share"] = [round(d / share, 3) for d in row["disk"]]
                 print(f"{label:<24} {run.fmt_rate(row['rate'], ceiling_rate):<28} store CPU us/acked record: "
                       f"sum {row['store_cpu_us_sum']:.2f} (" + ", ".join(f"{x:.2f}" for x in row["store_cpu_us"])
                       + f"); producers {row['producer_cpu_us']:.2f}; disk MiB "
-                      + ", ".join(f"{d / 2**20:.1f}" for d in row["disk"]))
+                      + ", ".join(f"{d / 2**20:.1f}" for d in row["disk"])
+                      + f" ({min(row['disk_vs_share']):.2f}-{max(row['disk_vs_share']):.2f}x R/S of the data)")
         out["capacity"][size] = rows
     size = sizes[0]
     r = run.guarded(rebalance, run, partitions, records, size)

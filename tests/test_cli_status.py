@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import time
 
@@ -82,3 +83,36 @@ def test_status_shows_stored_topics_without_a_live_producer(processes, tmp_path)
     doc = wait_for_heads(cluster, "gone", {"store_head": 2}, timeout=8.0)
     row = next(r for r in doc["partitions"] if r["topic"] == "gone")
     assert row["partition"] == partition and row["producer_head"] is None
+
+
+def test_status_shows_the_owners_of_sharded_stores_and_what_is_under_replicated(processes, tmp_path):
+    """Three stores started with --replicas 2: each partition's two OWNERS, none UNDER-REPLICATED; with one
+    store gone (SIGKILL), the partitions it owned are, until store/dead_ms places them again."""
+    cluster = Cluster(processes)
+    sharded = ("--replicas", "2", "-X", "beacon/interval=300", "-X", "beacon/timeout=1500",
+               "-X", "store/dead_ms=60000")
+    stores = [cluster.store(tmp_path / f"s{n}", *sharded) for n in range(3)]
+    producer = cluster.run("dafka_console_producer", "shards", "-X", "producer/min_acks=2", stdin=subprocess.PIPE)
+    producer.write(b"".join(b"r%d\n" % i for i in range(N)))
+    doc = wait_for_heads(cluster, "shards", {"store_head": N - 1, "under_replicated": False})
+    row = next(r for r in doc["partitions"] if r["topic"] == "shards")
+    assert len(row["owners"]) == 2 and len(row["stores"]) == 2
+    table = cluster.run("dafka", "status")
+    assert table.wait(10) == 0, table.err.text
+    header = next(line for line in table.out.text.splitlines() if line.startswith("TOPIC"))
+    assert "OWNERS" in header and "UNDER-REPLICATED" in header
+    line = next(line for line in table.out.text.splitlines() if line.startswith("shards "))
+    assert line.split()[5] == ",".join(owner[:8] for owner in row["owners"]) and line.split()[6] == "-"
+    # An owner dies: its copy is not live any more.
+    owners = [s for s in stores if any(f"sharded: store {o}" in s.err.text for o in row["owners"])]
+    assert len(owners) == 2
+    owners[0].signal(signal.SIGKILL)
+    wait_for_heads(cluster, "shards", {"under_replicated": True}, timeout=20)
+
+
+def test_store_refuses_a_dead_ms_within_the_beacon_timeout(processes, tmp_path):
+    cluster = Cluster(processes)
+    tool = cluster.run("dafka_stored", "--db", str(tmp_path / "s"), "--replicas", "2", "-X", "store/dead_ms=1000")
+    assert tool.wait(10) == 2
+    assert "store/dead_ms: must be longer than beacon/timeout (4000 ms)" in tool.err.text
+    assert_no_traceback(tool)
