@@ -53,8 +53,8 @@ STOP_TIMEOUT = 5.0  # seconds the clean shutdown may take
     metrics=True,
 )
 def main(db: str | None, retention_ms: int | None, retention_bytes: int | None, sync: bool | None,
-         replicas: int | None, rack: str | None, config_path: str | None, pub: str | None, sub: str | None, sets: list, verbose: bool,
-         tower_timeout_ms: int, metrics_port: int | None, metrics_address: str) -> None:
+         replicas: int | None, rack: str | None, config_path: str | None, pub: str | None, sub: str | None,
+         sets: list, verbose: bool, tower_timeout_ms: int, metrics_port: int | None, metrics_address: str) -> None:
     """Run a Dafka store: persist every record of every topic to LevelDB,
     acknowledge it to its producer, and serve replay to consumers.  Runs until
     SIGINT or SIGTERM.
