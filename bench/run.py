@@ -1022,7 +1022,7 @@ def guarded(scenario, *args, **kwargs) -> dict:
 def scenario_shards(a: argparse.Namespace) -> dict:
     """bench/shard_bench.py: sharded stores' capacity against S, and a rebalance."""
     return scenario_module("shard_bench").run_all(
-        sys.modules[__name__], [int(s) for s in a.shard_stores.split(",")], a.shard_records,
+        sys.modules[__name__], [int(s) for s in a.shard_stores.split(",") if s], a.shard_records,
         [int(s) for s in a.sizes.split(",")], a.shard_partitions)
 
 
@@ -1292,7 +1292,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-peers", default="100,500,2000,10000",
                     help="cluster sizes of the discovery scale scenario (simulated peers; see bench/scale_bench.py)")
     ap.add_argument("--scale-seconds", type=float, default=20.0, help="how long the scale scenario measures CPU at each size")
-    ap.add_argument("--shard-stores", default="1,2,4,8", help="store counts of the shards scenario (bench/shard_bench.py)")
+    ap.add_argument("--shard-stores", default="1,2,4,8", help="store counts of the shards scenario (bench/shard_bench.py; empty: only its rebalance)")
     ap.add_argument("--shard-records", type=int, default=200_000, help="records of each row of the shards scenario")
     ap.add_argument("--shard-partitions", type=int, default=64,
                     help="partitions of the shards scenario (its capacity rows and its rebalance)")

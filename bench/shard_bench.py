@@ -136,26 +136,33 @@ def rebalance(run: ModuleType, partitions: int, records: int, size: int) -> dict
         newcomer.stdout.readline()
         stores.append(newcomer)
         files = [Path(f"{base}/s{n}.json") for n in range(5)]
-        moved_at = None
+        began = copied = moved_at = None  # the newcomer took up its share; holds it whole; the others let go
+        copied_records = 0
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.05)
             now = [_stats(f) for f in files]
-            if all(s.get("under_replicated") == 0 for s in now) and \
-                    sum(s.get("partitions", 0) for s in now) == 2 * (partitions + 1) and now[4].get("moves_in"):
+            if began is None and now[4].get("moves_in"):
+                began = time.monotonic()
+            if began is not None and copied is None and now[4].get("under_replicated") == 0 and \
+                    not now[4].get("filling"):
+                copied, copied_records = time.monotonic(), now[4].get("records_written", 0)
+            if copied is not None and all(s.get("under_replicated") == 0 for s in now) and \
+                    sum(s.get("partitions", 0) for s in now) == 2 * (partitions + 1):
                 moved_at = time.monotonic()
                 break
         final = [_stats(f) for f in files]
         live_result = run.result_of(live)
         consumer_result = run.result_of(consumer)
-        results = [run.Cluster.stop_store(p) for p in stores]
-        written = results[4]["store"]["records_written"]
+        for proc in stores:
+            run.Cluster.stop_store(proc)
         return {"partitions": partitions, "records": total, "size": size,
                 "moved": final[4].get("moves_in", 0), "moved_fraction": final[4].get("moves_in", 0) / partitions,
                 "others_took_up": sum(s.get("moves_in", 0) for s in final[:4]),
                 "handed_over": sum(s.get("moves_out", 0) for s in final[:4]),
                 "move_seconds": None if moved_at is None else moved_at - joined,
-                "copy_rate": None if moved_at is None else written / (moved_at - joined),
+                "copy_seconds": None if copied is None else copied - began,
+                "copy_rate": None if copied is None else copied_records / max(copied - began, 0.05),
                 "catchup_rate": catchup_rate,
                 "live_p50_ms": consumer_result.get("p50_ms"), "live_p99_ms": consumer_result.get("p99_ms"),
                 "live_received": consumer_result.get("received"), "live_sent": live_result.get("sent"),
@@ -202,10 +209,10 @@ def run_all(run: ModuleType, stores: list[int], records: int, sizes: list[int], 
     if "error" in r:
         print(f"did not finish: {r['error']}")
     else:
-        copy = f"{r['copy_rate']:,.0f}/s" if r["copy_rate"] else "n/a (not settled in 300 s)"
+        copy = f"{r['copy_rate']:,.0f}/s in {r['copy_seconds']:.2f} s" if r["copy_rate"] else "n/a"
         print(f"moved {r['moved']} of {partitions} partitions ({r['moved_fraction']:.2f}, ideal 0.40), others took up "
-              f"{r['others_took_up']}, handed over {r['handed_over']}; settled in "
-              f"{r['move_seconds'] or float('nan'):.1f} s; copy {copy} against bulk catch-up "
+              f"{r['others_took_up']}, handed over {r['handed_over']}; all settled in "
+              f"{r['move_seconds'] or float('nan'):.1f} s after the join; copy {copy} against bulk catch-up "
               f"{r['catchup_rate']:,.0f}/s; live consumer p50 {r['live_p50_ms'] or float('nan'):.1f} ms, "
               f"p99 {r['live_p99_ms'] or float('nan'):.1f} ms ({r['live_received']:,} of {r['live_sent']:,})")
     return out

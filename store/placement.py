@@ -96,6 +96,9 @@ class Placement:
     handoffs: dict[Key, _Handoff] = field(default_factory=dict)
     disagreements: set[str] = field(default_factory=set)  # stores whose replicas differ from ours (logged once)
     _readers: dict[str, str] = field(default_factory=dict)  # reader address -> store id
+    # owners() of each partition asked, for the current view: placing a partition hashes every store of the
+    # view, and the store asks every beat (under_replicated) for every partition it knows
+    _owners: dict[Key, list[str]] = field(default_factory=dict)
 
     def on_member(self, member: StoreMember) -> str | None:
         """A heartbeat; returns a line to log when it disagrees with us for the first time."""
@@ -104,6 +107,9 @@ class Placement:
         if member.leaving:
             self.forget(member.store)
             return None
+        known = self.members.get(member.store)
+        if known is None or known.rack != member.rack:
+            self._owners.clear()  # a new view
         self.members[member.store] = member
         self._readers[member.reader] = member.store
         if member.replicas != self.replicas and member.store not in self.disagreements:
@@ -118,6 +124,7 @@ class Placement:
         gone = self.members.pop(store, None)
         if gone is not None:
             self._readers.pop(gone.reader, None)
+            self._owners.clear()
         self.heads.pop(store, None)
 
     def on_head(self, reader: str, key: Key, head: int) -> None:
@@ -142,7 +149,11 @@ class Placement:
         return racks
 
     def owners(self, key: Key) -> list[str]:
-        return place(key[0], key[1], self.view(), self.replicas)
+        """The partition's owners in this store's current view, best first."""
+        owners = self._owners.get(key)
+        if owners is None:
+            owners = self._owners[key] = place(key[0], key[1], self.view(), self.replicas)
+        return owners
 
     def owns(self, key: Key) -> bool:
         return self.replicas <= 0 or self.store in self.owners(key)

@@ -220,11 +220,7 @@ class Store:
             "writer_malformed": s.malformed,
             "reader_malformed": r.malformed,
             "partitions": len(s.partitions),
-            "sharded": int(w.sharded),
-            "under_replicated": w.under_replicated,
-            "moves_in": getattr(s, "moves_in", 0),
-            "moves_out": getattr(s, "moves_out", 0),
-            "moved_records_deleted": w.moved_records,
+            **w.shard_stats(),
             "writer_peers": w.peers,
             "reader_peers": r.peers,
         }

@@ -83,6 +83,7 @@ class Writer(RoleThread):
         self.sharded = isinstance(self.state, ShardedWriterState)
         self.moved_records = 0  # records deleted after their partition was handed over
         self.under_replicated = 0  # partitions with fewer than store/replicas live, full copies (at the last beat)
+        self.filling = 0  # partitions taken up and not yet held whole (at the last beat)
         self._deleting: list[Partition] = []  # handed over, their records still in the database
         self.write_errors = 0
         self.retention_deleted = 0
@@ -345,6 +346,7 @@ class Writer(RoleThread):
         state.heartbeat()
         self._flush_out()
         self.under_replicated = len(state.under_replicated(now))
+        self.filling = len(state.filling)
         self._deleting.extend(state.released)
         state.released.clear()
         if self._deleting:
@@ -480,4 +482,14 @@ class Writer(RoleThread):
             )
 
     # -- reporting (any thread) -------------------------------------------------
+
+    def shard_stats(self) -> dict[str, int]:
+        """Sharded stores' counters (rfc 16), all 0 for a store that holds everything."""
+        state = self.state
+        if not isinstance(state, ShardedWriterState):
+            return {"sharded": 0, "under_replicated": 0, "filling": 0, "moves_in": 0, "moves_out": 0,
+                    "moved_records_deleted": 0}
+        return {"sharded": 1, "under_replicated": self.under_replicated, "filling": self.filling,
+                "moves_in": state.moves_in, "moves_out": state.moves_out,
+                "moved_records_deleted": self.moved_records}
 
