@@ -77,7 +77,7 @@ def capacity(run: ModuleType, stores: int, replicas: int, records: int, size: in
         time.sleep(2.0)  # the stores meet and settle (three beacon intervals)
         producers = [c.spawn("partitions", "--producers", str(per_process), "--records", str(each), "--size",
                              str(size), "--min-acks", str(acks), "--warmup", "1",
-                             "--wait-peers", str(2 * stores + PRODUCERS * per_process - 1),
+                             "--wait-peers", str(2 * stores),  # scoped discovery: a producer hears the stores
                              *(["--set", f"store/replicas={replicas}"] if replicas else []))
                      for _ in range(PRODUCERS)]
         producers[0].stdout.readline()  # the first producer sends: the stores' CPU from here...

@@ -236,3 +236,55 @@ def test_a_store_that_restarts_keeps_its_identity_and_nothing_moves(tower, store
         assert (again.stats()["moves_in"], again.stats()["moves_out"]) == (0, 0)
     finally:
         again.stop()
+
+
+def test_a_reference_producer_is_stored_on_two_sharded_stores(tower, stores):
+    """A raw-frame producer as the reference's (RECORDs and HEADs on its data socket, FETCH answered with
+    DIRECT-RECORDs, nothing else): the sharded stores learn its partition from its HEADs, subscribe to its
+    records, fetch what came before, and its two owners store and ACK every record."""
+    three = stores(3)
+    address = new_address(producer=True)
+    # A reference producer subscribes to the ACKs and FETCHes of its own address.
+    producer = RawPeer(tower, address, [proto.ACK + address.encode(), proto.FETCH + address.encode()])
+    values = [b"ref-%d" % i for i in range(200)]
+    acked = -1
+    try:
+        wait_for(lambda: producer.pump() or len(producer.peers) >= 6, 10, what="the stores to connect")
+        for seq, value in enumerate(values):
+            producer.send(proto.RecordMsg(TOPIC, address, TOPIC, seq, value))
+            if seq % 50 == 0:
+                producer.send(proto.HeadMsg(TOPIC, address, TOPIC, seq))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (acked < 199 or copies(three, {address: values})[address] < 2):
+            producer.pump()
+            producer.send(proto.HeadMsg(TOPIC, address, TOPIC, 199))
+            while producer.sub.poll(50):
+                frames = producer.sub.recv_multipart()
+                assert frames[0][:1] in (proto.ACK, proto.FETCH), frames[0][:1]  # nothing but RFC 46 replies
+                msg = proto.decode(frames)
+                if type(msg) is proto.FetchMsg and msg.topic == address:
+                    for seq in range(msg.sequence, min(msg.sequence + msg.count, len(values))):
+                        producer.send(proto.DirectRecordMsg(msg.address, address, TOPIC, seq, values[seq]))
+                elif type(msg) is proto.AckMsg and msg.topic == address:
+                    acked = max(acked, msg.sequence)
+        assert acked == 199
+        time.sleep(0.5)
+        assert copies(three, {address: values}) == collections.Counter({address: 2})  # its owners, only they
+    finally:
+        producer.close()
+    assert read_all(tower, {address: values}) == {address: values}
+
+
+def test_a_resumed_partition_continues_after_the_head_its_owners_hold(tower, stores):
+    """Producer(resume=True) (CDC's partitions) asks the stores for its head: only its owners know it."""
+    stores(3)
+    from dafka import partition_address
+
+    address = partition_address("sharded-resume")
+    settings = config(tower, **{"producer/min_acks": 2})
+    with Producer(TOPIC, settings, address=address, resume=True) as first:
+        for i in range(30):
+            first.send(b"a%d" % i)
+        first.flush(20)
+    with Producer(TOPIC, settings, address=address, resume=True) as second:
+        assert second.send(b"b0").get(20).offset == 30
