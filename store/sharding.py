@@ -27,6 +27,7 @@ from typing import Iterable
 
 from dafka import proto
 
+from . import keys
 from .placement import Key, Placement, StoreMember
 from .writer_state import Partition, WriterState
 
@@ -77,11 +78,16 @@ class ShardedWriterState(WriterState):
         if p is not None:
             return p
         if self.settled and self.placement.owns(key):
-            p = super()._partition(subject, address)
+            p = super()._partition(subject, address)  # (refuses, and counts, a name the layout cannot hold)
             if p is not None and seen >= 0:
                 self.filling[key] = max(seen, self.elsewhere.pop(key, -1))
             return p
-        if seen > self.elsewhere.get(key, -1) or key not in self.elsewhere:
+        if key not in self.elsewhere:
+            if not (keys.valid_name(keys.to_bytes(subject)) and keys.valid_name(keys.to_bytes(address))):
+                self.malformed += 1
+                return None
+            self.elsewhere[key] = seen
+        elif seen > self.elsewhere[key]:
             self.elsewhere[key] = seen
         return None
 
@@ -93,17 +99,7 @@ class ShardedWriterState(WriterState):
         if kind is proto.DirectPartitionsMsg and msg.topic == self.address:
             for info in msg.partitions:
                 self.placement.on_head(msg.address, (info.subject, info.address), info.head)
-        if kind is proto.HeadMsg or kind is proto.DirectHeadMsg or kind is proto.DirectPartitionsMsg:
-            # Learn the partitions this store does not hold, with their heads, before WriterState looks.
-            for subject, address, head in self._heads_in(msg):
-                if (subject, address) not in self.partitions:
-                    self._partition(subject, address, head)
-        super().on_message(msg)
-
-    def _heads_in(self, msg: object) -> list[tuple[str, str, int]]:
-        if type(msg) is proto.HeadMsg:
-            return [(msg.subject, msg.address, msg.sequence)] if "\0" not in msg.address else []
-        return self.store_heads(msg)
+        super().on_message(msg)  # (a HEAD or a store's heads of a partition held elsewhere: _partition notes it)
 
     def _on_member(self, msg: proto.StoreMemberMsg) -> None:
         line = self.placement.on_member(StoreMember(

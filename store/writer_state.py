@@ -178,7 +178,9 @@ class WriterState(RecordIntake):
         return (proto.record_prefix(proto.RECORD, subject, address, subject),
                 proto.record_prefix(proto.DIRECT_RECORD, self.address, address, subject))
 
-    def _partition(self, subject: str, address: str) -> Partition | None:
+    def _partition(self, subject: str, address: str, seen: int = -1) -> Partition | None:
+        """The partition, created at first sight (``seen``: the head a HEAD or a store said, if one did);
+        None for a name the key layout cannot hold (counted)."""
         p = self.partitions.get((subject, address))
         if p is None:
             if not (keys.valid_name(keys.to_bytes(subject)) and keys.valid_name(keys.to_bytes(address))):
@@ -283,13 +285,13 @@ class WriterState(RecordIntake):
                 if p is not None:
                     self._on_records(p, msg)
         elif kind is proto.HeadMsg:
-            p = self._partition(msg.subject, msg.address)
+            p = self._partition(msg.subject, msg.address, msg.sequence)
             if p is not None:
                 p.heard = self.now  # its producer is alive
                 self._on_head(p, msg.sequence)
         elif kind is proto.DirectHeadMsg or kind is proto.DirectPartitionsMsg:
             for subject, address, head in self.store_heads(msg):  # other stores' heads, answering our GET-HEADS
-                p = self._partition(subject, address)
+                p = self._partition(subject, address, head)
                 if p is not None:
                     self._on_head(p, head)
         elif kind is proto.DirectTailMsg:

@@ -137,3 +137,11 @@ def test_under_replicated_counts_partitions_known_only_from_heads():
     s.place(0.0)
     s.on_frames(head(PARTITIONS[0], 3))
     assert s.under_replicated(0.0) == [(TOPIC, PARTITIONS[0])]  # one store: one copy of two
+
+
+def test_a_partition_name_the_layout_cannot_hold_is_refused_even_when_held_elsewhere():
+    s = state(settle=0)
+    s.on_frames(member(OTHER, "X" * 32))
+    s.place(0.0)
+    s.on_frames(proto.encode(proto.HeadMsg(TOPIC, PARTITIONS[0], "bad\0subject", 3)))  # a NUL in a key
+    assert s.malformed == 1 and not s.elsewhere and not s.partitions
