@@ -73,10 +73,10 @@ class Cluster:
     def tower_options(self) -> dict[str, str]:
         return {"tower": self.tower.pub_endpoint, "towerSub": self.tower.sub_endpoint}
 
-    def produce(self, topic: str, counts: list[int], *, index_base: int = 0) -> list[str]:
-        """Produce ``counts[i]`` records with producer i (min_acks=1), flush,
+    def produce(self, topic: str, counts: list[int], *, index_base: int = 0, **overrides) -> list[str]:
+        """Produce ``counts[i]`` records with producer i (min_acks=1 unless ``overrides`` say), flush,
         close; returns the producers' addresses."""
-        producers = [Producer(topic, self.config(producer__min_acks=1)) for _ in counts]
+        producers = [Producer(topic, self.config(**{"producer__min_acks": 1, **overrides})) for _ in counts]
         try:
             for i, (producer, count) in enumerate(zip(producers, counts)):
                 values = self.produced.setdefault(topic, {}).setdefault(producer.address, [])

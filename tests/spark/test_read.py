@@ -11,7 +11,7 @@ from helpers import require_pyspark
 
 require_pyspark()
 
-from .conftest import PARTITIONS, RECORDS, TOPIC, expected_rows, value_of
+from .conftest import PARTITIONS, RECORDS, TOPIC, Cluster, expected_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -155,7 +155,6 @@ def test_tower_read_of_sharded_stores_reads_each_partition_from_a_store_that_hol
     """Three stores, each partition on two (rfc 16): every record once, and the tasks spread over the
     stores, each reading a partition from one that holds it."""
     from helpers import loopback_config, wait_for
-    from dafka import Producer
     from dafka.store import Store
     from dafka.towerd.tower import Tower
 
@@ -163,18 +162,9 @@ def test_tower_read_of_sharded_stores_reads_each_partition_from_a_store_that_hol
     tower = Tower(loopback_config()).start()
     stores = [Store(loopback_config(tower, **sharded), db=str(tmp_path / f"s{n}")).start() for n in range(3)]
     try:
-        produced = {}
-        producers = [Producer("sharded", loopback_config(tower, producer__min_acks=2, **sharded)) for _ in range(6)]
-        try:
-            for n, producer in enumerate(producers):
-                produced[producer.address] = [value_of(n, seq) for seq in range(2000)]
-                for value in produced[producer.address]:
-                    producer.send(value)
-            for producer in producers:
-                producer.flush(60)
-        finally:
-            for producer in producers:
-                producer.close(10)
+        cluster = Cluster(tower, str(tmp_path), None)
+        cluster.produce("sharded", [2000] * 6, producer__min_acks=2, **sharded)
+        produced = cluster.produced["sharded"]
         wait_for(lambda: sum(len(s.heads()) for s in stores) == 12, 20, what="each partition on 2 stores")
         served = [s.stats()["records_served"] for s in stores]
         rows = (spark.read.format("dafka").options(topic="sharded", tower=tower.pub_endpoint,
