@@ -172,6 +172,8 @@ class Producer(Generic[V]):
         self._on_resume = on_resume
         self._resume: ResumeState | None = None  # while the constructor learns the partition's head
         self._fenced: PartitionClaimed | None = None  # another live process writes this partition
+        # a sharded store said its store/replicas, below our min_acks: no record could ever be released
+        self._misconfigured: ConfigError | None = None
         # Called from the loop thread, without the lock, whenever ACKs release records (dafka.aio).
         self._release_listener: Callable[[], None] | None = None
         self._stopping = threading.Event()
@@ -259,8 +261,8 @@ class Producer(Generic[V]):
                 "nothing was sent"
             )
         with self._lock:
-            if self._closed or self._fenced is not None:
-                raise self._fenced or Closed("producer is closed")
+            if self._closed or self._fenced is not None or self._misconfigured is not None:
+                raise self._fenced or self._misconfigured or Closed("producer is closed")
             state = self._state
             now = _clock()
             seq = state.publish(raw, now)
@@ -319,8 +321,8 @@ class Producer(Generic[V]):
         # Chunks of about one RECORDS each (batching.BURST_RECORDS records or BURST_BYTES bytes).
         step = max(1, min(batching.BURST_RECORDS, len(raws) * batching.BURST_BYTES // max(total, 1)))
         with self._lock:
-            if self._closed or self._fenced is not None:
-                raise self._fenced or Closed("producer is closed")
+            if self._closed or self._fenced is not None or self._misconfigured is not None:
+                raise self._fenced or self._misconfigured or Closed("producer is closed")
             state = self._state
             if offset is not None and offset != state.next_seq:
                 raise ValueError(f"partition {self.address} of topic {self.topic!r} is at offset {state.next_seq}, "
@@ -377,12 +379,12 @@ class Producer(Generic[V]):
         were left unacked."""
         if self._closed:
             return
-        error: FlushTimeout | None = None
+        error: FlushTimeout | ConfigError | None = None
         terminate = self.config["producer/terminate_unacked"]
         if not terminate:
             try:
                 self.flush(self.config["producer/close_timeout"] / 1000.0 if timeout is None else timeout)
-            except FlushTimeout as exc:
+            except (FlushTimeout, ConfigError) as exc:  # (ConfigError: min_acks above the stores' replicas)
                 error = exc
         with self._cond:
             self._closed = True
@@ -402,6 +404,8 @@ class Producer(Generic[V]):
         self._release_sockets()
         if unacked and terminate:
             log.warning("producer %s closed with %d records unacked (terminate_unacked)", self.address, unacked)
+        if isinstance(error, ConfigError):
+            raise error
         if error is not None:
             raise FlushTimeout(
                 f"producer {self.address} closed with {error.unacked} record(s) not acked by "
@@ -477,6 +481,8 @@ class Producer(Generic[V]):
             while self._state.released < offset:
                 if self._closed:
                     raise Closed("producer closed before the record was acked")
+                if self._misconfigured is not None:
+                    raise self._misconfigured
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise self._flush_timeout(timeout or 0.0)
@@ -682,6 +688,8 @@ class Producer(Generic[V]):
         sock.rcvhwm = self.config["producer/high_watermark"]
         sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.ACK, self.address, exact=True))
         sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.FETCH, self.address, exact=True))
+        if self.min_acks >= 2:  # sharded stores' heartbeats: their store/replicas (rfc 16)
+            sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.STORE_MEMBER, exact=True))
         if self._requester != self.address:  # the stores' answers to the probe's GET-HEADS
             sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.DIRECT_HEAD, self._requester, exact=True))
             sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.DIRECT_PARTITIONS, self._requester, exact=True))
@@ -739,6 +747,8 @@ class Producer(Generic[V]):
                     released = self._state.on_ack(sender, msg) or released
                 elif type(msg) is proto.FetchMsg:
                     self._state.on_fetch(msg)
+                elif type(msg) is proto.StoreMemberMsg:
+                    self._on_store_member(msg)
                 elif self._resume is not None:
                     self._resume.on_message(msg)
             self._look_if_due()
@@ -755,6 +765,17 @@ class Producer(Generic[V]):
                     callback(RecordMetadata(self.topic, self.address, seq), None)
                 except Exception:
                     log.exception("on_delivery callback failed")
+
+    def _on_store_member(self, msg: proto.StoreMemberMsg) -> None:
+        """With the lock held: a sharded store's heartbeat.  Only store/replicas stores hold a partition, so
+        a min_acks above it could never be met: every send, send_many and flush raises from now on."""
+        if 0 < msg.replicas < self.min_acks and self._misconfigured is None:
+            self._misconfigured = ConfigError(
+                f"{self.min_acks} is above the store/replicas of the sharded stores ({msg.replicas}, store "
+                f"{msg.store}): only the {msg.replicas} stores that hold a partition ACK its records",
+                key="producer/min_acks")
+            log.error("producer %s: %s", self.address, self._misconfigured)
+            self._cond.notify_all()
 
     def _trim_heap(self) -> None:
         """The unacked window drained after holding many bytes: give what it freed back to the system,

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from dafka import Consumer, Producer, metrics, proto
+from dafka.config import ConfigError
 from dafka.peer import new_address
 from dafka.store import Store
 from dafka.survey import StatusPeer
@@ -118,9 +119,22 @@ def test_five_stores_with_two_replicas_hold_each_partition_twice_and_serve_every
         assert len(row["stores"]) == 2 and row["store_head"] == 299
 
 
-def test_a_producer_asking_more_acks_than_replicas_fails_at_start(tower):
-    with pytest.raises(ValueError, match=r"producer/min_acks: 3 is above store/replicas \(2\)"):
+def test_a_producer_asking_more_acks_than_replicas_fails_at_start(tower, stores):
+    with pytest.raises(ConfigError, match=r"producer/min_acks: 3 is above store/replicas \(2\)"):
         Producer(TOPIC, config(tower, **{"producer/min_acks": 3}))
+    # A producer whose config does not say store/replicas hears it from the sharded stores' heartbeats.
+    stores(3)
+    producer = Producer(TOPIC, loopback_config(tower, beacon__interval=200, producer__min_acks=3))
+    try:
+        producer.send(b"never acked by 3")
+        with pytest.raises(ConfigError, match=r"producer/min_acks: 3 is above the store/replicas of the sharded "
+                                              r"stores \(2, store [0-9A-F]{32}\)"):
+            producer.flush(10)
+        with pytest.raises(ConfigError):
+            producer.send(b"refused")
+    finally:
+        with pytest.raises(ConfigError):
+            producer.close(5)
 
 
 def test_stores_that_disagree_on_replicas_lose_nothing_and_say_so(tower, stores, caplog):
