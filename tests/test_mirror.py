@@ -371,3 +371,27 @@ def test_a_source_site_with_curve_is_mirrored_with_its_own_keys(sites, secure_to
         assert {o: v for (_, o), v in contents(b, "orders").items()} == {i: b"secret-%d" % i for i in range(200)}
     finally:
         store.stop()
+
+
+def test_a_mirror_between_sharded_sites_copies_everything_onto_the_owners(sites):
+    """Both sites with three stores and store/replicas 2 (rfc 16): the mirror reads the source's partitions
+    from whichever stores hold them, and each lands on exactly two target stores, at the same offsets."""
+    sharded = {"store__replicas": 2, "store__dead_ms": 3000, "producer__min_acks": 2}
+    a, b = sites("a", stores=3, **sharded), sites("b", stores=3, **sharded)
+    producers = [produce(a, "orders", [b"p%d-%d" % (n, i) for i in range(800)]) for n in range(4)]
+    with Running(a, b, Selection(topics=("orders",)), name="a-to-b"):
+        for producer in producers:
+            wait_copied(b, "orders", producer.address, 799)
+    for producer in producers:
+        producer.close()
+    source: dict = {}
+    for store in a.stores:
+        source.update(stored(store, "orders"))
+    assert len(source) == 3200
+    target: dict = {}
+    for store in b.stores:
+        for key, value in stored(store, "orders").items():
+            target.setdefault(key, set()).add(value)
+    assert {key: values.pop() for key, values in target.items() if len(values) == 1} == source
+    wait_for(lambda: [sum(1 for s in b.stores if ("orders", p.address) in s.heads()) for p in producers] == [2] * 4,
+             10, what="each partition on exactly 2 target stores")
