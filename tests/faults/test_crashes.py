@@ -102,12 +102,17 @@ def test_consumer_sigkilled_and_restarted_with_its_offsets_file(cluster, fault_r
     store = cluster.store("s3")
     n = 15_000
     consumer = cluster.consumer("c3", TOPIC, offsets=True)
-    producer = cluster.producer("p3", TOPIC, count=n, rate=3_000, wait_peers=3)
+    # The producer stops at 12,000 until both kills are done, so that the third run has records of its own
+    # to deliver however late a loaded machine lets the test see the second run's progress.
+    resume = cluster.dir / "p3.resume"
+    producer = cluster.producer("p3", TOPIC, count=n, rate=3_000, wait_peers=3, pause_at=12_000,
+                                resume_file=resume)
     for target in (3_000, 8_000):
         consumer.wait_stat(lambda s: s.get("delivered", 0) >= target // 2 and
                            len(cluster.delivered("c3")) >= target, 30, f"{target} delivered")
         consumer.kill()
         consumer = cluster.consumer("c3", TOPIC, offsets=True)
+    resume.touch()
     assert producer.wait_exit(60) == 0, producer.tail()
     cluster.wait_delivered("c3", acked_keys(producer), 30)
     time.sleep(0.3)

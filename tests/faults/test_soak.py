@@ -10,6 +10,8 @@ pytestmark = [pytest.mark.soak, pytest.mark.faults]
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.serial  # a steady state against itself: beside the parallel phase's neighbours (two nemesis runs, the
+# sharded stores' fault runs) its late p99 measured theirs (CI, 2026-11-28: 168 ms early, 470 ms late)
 def test_five_minutes_of_steady_work_lose_nothing_and_grow_nothing(tmp_path):
     # 5,000 records/s: the issue's 20,000 (one in 20 of 10 KB) keeps both cores of a CI machine busy with
     # the 13 processes, and a store falls behind its retention (README "Running for weeks").
