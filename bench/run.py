@@ -497,9 +497,11 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def store(self, db: str, settings: list[str] = ()) -> subprocess.Popen:
-        """A store process on ``db`` (``settings``: KEY=VALUE config), once it has started."""
-        store = self.spawn("store", "--db", db, *(arg for kv in settings for arg in ("--set", kv)), stdin=True)
+    def store(self, db: str, settings: list[str] = (), progress: str | None = None) -> subprocess.Popen:
+        """A store process on ``db`` (``settings``: KEY=VALUE config; ``progress``: the file it writes its
+        stats to), once it has started."""
+        store = self.spawn("store", "--db", db, *(arg for kv in settings for arg in ("--set", kv)),
+                           *(["--progress", progress] if progress else []), stdin=True)
         store.stdout.readline()
         return store
 
@@ -1292,7 +1294,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-peers", default="100,500,2000,10000",
                     help="cluster sizes of the discovery scale scenario (simulated peers; see bench/scale_bench.py)")
     ap.add_argument("--scale-seconds", type=float, default=20.0, help="how long the scale scenario measures CPU at each size")
-    ap.add_argument("--shard-stores", default="1,2,4,8", help="store counts of the shards scenario (bench/shard_bench.py; empty: only its rebalance)")
+    ap.add_argument("--shard-stores", default="1,2,4,8",
+                    help="store counts of the shards scenario (bench/shard_bench.py; empty: only its rebalance)")
     ap.add_argument("--shard-records", type=int, default=200_000, help="records of each row of the shards scenario")
     ap.add_argument("--shard-partitions", type=int, default=64,
                     help="partitions of the shards scenario (its capacity rows and its rebalance)")

@@ -106,10 +106,7 @@ def rebalance(run: ModuleType, partitions: int, records: int, size: int) -> dict
     base = tempfile.mkdtemp(prefix="dafka-bench-rebalance-")
     settings = SHARDED + ["store/replicas=2"]
     try:
-        stores = [c.spawn("store", "--db", f"{base}/s{n}", "--progress", f"{base}/s{n}.json",
-                          *(arg for kv in settings for arg in ("--set", kv)), stdin=True) for n in range(4)]
-        for proc in stores:
-            proc.stdout.readline()
+        stores = [c.store(f"{base}/s{n}", settings, progress=f"{base}/s{n}.json") for n in range(4)]
         time.sleep(2.0)
         per_process = max(1, partitions // PRODUCERS)
         partitions = per_process * PRODUCERS
@@ -131,10 +128,7 @@ def rebalance(run: ModuleType, partitions: int, records: int, size: int) -> dict
                        "--set", "store/replicas=2")
         time.sleep(4.0)  # the stream flows
         joined = time.monotonic()
-        newcomer = c.spawn("store", "--db", f"{base}/s4", "--progress", f"{base}/s4.json",
-                           *(arg for kv in settings for arg in ("--set", kv)), stdin=True)
-        newcomer.stdout.readline()
-        stores.append(newcomer)
+        stores.append(c.store(f"{base}/s4", settings, progress=f"{base}/s4.json"))
         files = [Path(f"{base}/s{n}.json") for n in range(5)]
         began = copied = moved_at = None  # the newcomer took up its share; holds it whole; the others let go
         copied_records = 0

@@ -261,8 +261,7 @@ class Producer(Generic[V]):
                 "nothing was sent"
             )
         with self._lock:
-            if self._closed or self._fenced is not None or self._misconfigured is not None:
-                raise self._fenced or self._misconfigured or Closed("producer is closed")
+            self._raise_unless_open()
             state = self._state
             now = _clock()
             seq = state.publish(raw, now)
@@ -321,8 +320,7 @@ class Producer(Generic[V]):
         # Chunks of about one RECORDS each (batching.BURST_RECORDS records or BURST_BYTES bytes).
         step = max(1, min(batching.BURST_RECORDS, len(raws) * batching.BURST_BYTES // max(total, 1)))
         with self._lock:
-            if self._closed or self._fenced is not None or self._misconfigured is not None:
-                raise self._fenced or self._misconfigured or Closed("producer is closed")
+            self._raise_unless_open()
             state = self._state
             if offset is not None and offset != state.next_seq:
                 raise ValueError(f"partition {self.address} of topic {self.topic!r} is at offset {state.next_seq}, "
@@ -765,6 +763,11 @@ class Producer(Generic[V]):
                     callback(RecordMetadata(self.topic, self.address, seq), None)
                 except Exception:
                     log.exception("on_delivery callback failed")
+
+    def _raise_unless_open(self) -> None:
+        """With the lock held: why this producer takes no more records, if it takes none."""
+        if self._closed or self._fenced is not None or self._misconfigured is not None:
+            raise self._fenced or self._misconfigured or Closed("producer is closed")
 
     def _on_store_member(self, msg: proto.StoreMemberMsg) -> None:
         """With the lock held: a sharded store's heartbeat.  Only store/replicas stores hold a partition, so

@@ -72,7 +72,8 @@ class StoreMember:
 
 @dataclass
 class _Handoff:
-    done: float | None = None  # when every owner first held it to our head
+    head: int  # this store's head of the partition when it stopped owning it: every owner must hold this much
+    done: float | None = None  # when every owner first held it to that head
 
 
 @dataclass
@@ -160,22 +161,23 @@ class Placement:
 
     def holds(self, key: Key, now: float, head: int) -> bool:
         """Whether this store keeps (stores, ACKs and serves) a partition: it owns it, or it owned it and
-        is handing it over (:meth:`handed_off`; ``head`` is ours when we last asked the stores theirs)."""
+        is handing it over (:attr:`handoffs`, begun the first time it is asked about a partition it no longer
+        owns, with ``head``, this store's head then, as what every owner must hold)."""
         if self.owns(key):
             self.handoffs.pop(key, None)
             return True
-        if head < 0:
-            return False  # nothing to hand over
-        handoff = self.handoffs.setdefault(key, _Handoff())
-        return not self.handed_off(key, now, head, handoff)
-
-    def handed_off(self, key: Key, now: float, head: int, handoff: "_Handoff | None" = None) -> bool:
-        """True ``handoff`` seconds after every owner first answered holding the partition up to ``head``
-        (ours when we asked them: live records move both on): only then may this store, which no longer
-        owns it, delete it."""
-        handoff = handoff or self.handoffs.get(key)
+        handoff = self.handoffs.get(key)
         if handoff is None:
-            return False
+            if head < 0:
+                return False  # nothing to hand over
+            handoff = self.handoffs[key] = _Handoff(head)
+        return not self._handed_off(key, now, handoff)
+
+    def _handed_off(self, key: Key, now: float, handoff: _Handoff) -> bool:
+        """True ``handoff`` seconds after every owner first answered holding the partition up to the
+        handoff's head (live records move both on): only then may this store, which no longer owns it,
+        delete it."""
+        head = handoff.head
         complete = all(self.heads.get(owner, {}).get(key, -1) >= head for owner in self.owners(key))
         if not complete:
             handoff.done = None

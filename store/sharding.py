@@ -50,7 +50,6 @@ class ShardedWriterState(WriterState):
         self.sub_changes: list[tuple[bool, bytes]] = []
         self.elsewhere: dict[Key, int] = {}  # partitions other stores hold: the highest head known
         self.filling: dict[Key, int] = {}  # partitions this store took up: the head it fills them to
-        self.handing: dict[Key, int] = {}  # partitions it hands over: its head when it began to
         self.released: list[Partition] = []  # handed over: the writer deletes them from the database
         self.moves_in = 0  # partitions taken up
         self.moves_out = 0  # partitions handed over and deleted
@@ -129,10 +128,6 @@ class ShardedWriterState(WriterState):
 
     # -- placing --------------------------------------------------------------
 
-    def tick(self, now: float) -> None:
-        super().tick(now)
-        self.place(now)
-
     def place(self, now: float) -> None:
         """Expire the stores not heard for ``store/dead_ms``; when the view changed, take up the partitions
         this store now owns and begin handing over those it no longer owns; finish the handoffs that are due."""
@@ -147,13 +142,13 @@ class ShardedWriterState(WriterState):
         view = frozenset(placement.view().items())
         if view != self._view:
             self._view = view
-            self._replace(now)
-        if self.handing:
-            self._hand_over(now)
+            self._take_up()
+            self._ask(now)  # what the stores hold now, and how far (handoffs wait for the owners' heads)
+        self._hand_over(now)
 
-    def _replace(self, now: float) -> None:
-        """Place every known partition again: take up those this store now owns (a move when others hold
-        records of it), begin handing over those it no longer owns."""
+    def _take_up(self) -> None:
+        """After a change of the view: take up the partitions held elsewhere that this store now owns (a
+        move when others hold records of them)."""
         placement = self.placement
         for key, head in list(self.elsewhere.items()):
             if placement.owns(key):
@@ -166,12 +161,6 @@ class ShardedWriterState(WriterState):
                 if head >= 0:
                     self.moves_in += 1
                     log.info("store writer %s: takes up %s/%s (head %d)", self.address, key[0], key[1], head)
-        for key, p in self.partitions.items():
-            if key not in self.handing and not placement.owns(key):
-                self.handing[key] = p.written
-                log.info("store writer %s: hands %s/%s over to %s", self.address, key[0], key[1],
-                         ", ".join(placement.owners(key)))
-        self._ask(now)
 
     def _ask(self, now: float) -> None:
         if now - self._asked >= ASK_EVERY:
@@ -179,18 +168,20 @@ class ShardedWriterState(WriterState):
             self.ask_heads()
 
     def _hand_over(self, now: float) -> None:
+        """Begin handing over the partitions this store no longer owns, asking the owners how far they hold
+        them, and release those the owners hold whole (Placement.holds)."""
+        placement, handoffs = self.placement, self.placement.handoffs
         waiting = False
-        for key, head in list(self.handing.items()):
-            p = self.partitions.get(key)
-            if p is None or self.placement.owns(key):
-                del self.handing[key]
-                self.placement.handoffs.pop(key, None)
+        for key, p in list(self.partitions.items()):
+            begun = key in handoffs
+            if placement.holds(key, now, p.written):
+                if key in handoffs:
+                    waiting = True
+                    if not begun:
+                        log.info("store writer %s: hands %s/%s over to %s", self.address, key[0], key[1],
+                                 ", ".join(placement.owners(key)))
                 continue
-            if self.placement.holds(key, now, head):
-                waiting = True
-                continue
-            del self.handing[key]
-            self.placement.handoffs.pop(key, None)
+            handoffs.pop(key, None)
             self.forget(p)
             self.elsewhere[key] = max(p.written, p.known_head)
             self.released.append(p)

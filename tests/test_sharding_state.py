@@ -77,11 +77,11 @@ def test_a_partition_no_longer_owned_is_kept_until_its_owner_holds_it_then_relea
         s.load(TOPIC, p, 49)  # alone before: it held everything
     s.sub_changes.clear()
     s.place(0.0)
-    assert not s.handing
+    assert not s.placement.handoffs
     s.on_frames(member(OTHER, "X" * 32))
     s.place(1.0)
     theirs = owned_by(OTHER, {ME: "", OTHER: ""})
-    assert sorted(p for _, p in s.handing) == sorted(theirs)
+    assert sorted(p for _, p in s.placement.handoffs) == sorted(theirs)
     assert any(type(m) is proto.GetHeadsMsg for m in sent(s))  # asks the owners how far they are
     answer = proto.DirectPartitionsMsg(W, "R" + "X" * 31, "", tuple(
         proto.PartitionInfo(TOPIC, p, 0, 30) for p in theirs))
