@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from dafka import FlushTimeout, Producer, partition_address
+from dafka import peer_info
 from dafka.config import Config
 
 log = logging.getLogger(__name__)
@@ -212,9 +213,22 @@ class Capture:
         """The producers the changes go out through (one per topic)."""
         return list(self.out.producers.values())
 
+    def describe(self) -> dict[str, Any]:
+        """What the connector's PEER-INFO says of it (rfc 17): its tables, topics, positions and lag."""
+        stats = self.stats
+        return {"connector": self.label, "tables": list(self.source.tables), "topics": sorted(self.out.producers),
+                "changes": stats.changes, "transactions": stats.transactions, "snapshot_rows": stats.snapshot_rows,
+                "confirmed": stats.confirmed_lsn, "position": self.position(stats.confirmed_lsn),
+                "lag_bytes": stats.lag_bytes, "acked": self.acked()}
+
+    def position(self, confirmed: int) -> str:
+        """The confirmed position as the source's own tools write it."""
+        return str(confirmed)
+
     def run(self) -> None:
         """Blocks until :meth:`stop` (another thread, a signal handler); raises :class:`CdcError` for what the
         user must fix."""
+        peer_info.set_application("cdc", self.describe)
         try:
             if not self._check_until_up():
                 return

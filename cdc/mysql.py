@@ -92,6 +92,10 @@ class MysqlCapture(Capture):
     def label(self) -> str:
         return self.source.name
 
+    def position(self, confirmed: int) -> str:
+        file, pos = file_of(confirmed, self._prefix)
+        return f"{file}:{pos}"
+
     def stop(self) -> None:
         """Stop (any thread, or a signal handler): ends a blocking binlog read at once."""
         self._stopping.set()

@@ -137,6 +137,9 @@ class PostgresCapture(Capture):
         """What the metrics call this connector: its slot."""
         return self.source.slot
 
+    def position(self, confirmed: int) -> str:
+        return pgoutput.lsn_text(confirmed)
+
     def _capture(self) -> None:
         self._stream()
 

@@ -470,6 +470,12 @@ class Consumer(Generic[V]):
                 frame = sock.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            if frame[1:2] == proto.PEER_INFO:
+                try:
+                    self._data.answer_info(proto.decode_subscription(frame))
+                except proto.MalformedMessage:
+                    self._state.on_subscription(frame)  # counted there
+                continue
             self._state.on_subscription(frame)
 
 

@@ -26,6 +26,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import REGISTRY, start_http_server
+
+from . import peer_info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -159,6 +161,7 @@ def serve(port: int, address: str = "127.0.0.1", registry: CollectorRegistry = R
     """Serve ``registry`` over HTTP at ``http://address:port/metrics`` from a
     daemon thread; returns the server (``shutdown()`` stops it)."""
     started = start_http_server(port, addr=address, registry=registry)
+    peer_info.set_metrics_url(f"http://{address}:{port}/metrics")
     return started[0] if isinstance(started, tuple) else started
 
 
@@ -228,7 +231,7 @@ def _store(store: Any, families: _Families, cap: int) -> None:
     families.add("dafka_malformed_frames", reader, stats["reader_malformed"])
     families.add("dafka_live_peers", reader, stats["reader_peers"])
     families.add("dafka_inflight_bytes", reader, stats["inflight_bytes"])
-    families.add("dafka_store_db_bytes", writer, _directory_bytes(store.path))
+    families.add("dafka_store_db_bytes", writer, directory_bytes(store.path))
     if stats["sharded"]:
         families.add("dafka_store_under_replicated_partitions", writer, stats["under_replicated"])
         families.add("dafka_store_partitions_moved", dict(writer, direction="in"), stats["moves_in"])
@@ -244,7 +247,8 @@ def _tower(tower: Any, families: _Families, cap: int) -> None:
     families.add("dafka_malformed_frames", base, tower.state.malformed)
 
 
-def _directory_bytes(path: str) -> int:
+def directory_bytes(path: str) -> int:
+    """Bytes of every file under ``path`` (a store's database)."""
     total = 0
     for root, _, files in os.walk(path):
         for name in files:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
 import zmq
 
-from . import batching, bulk, net, proto
+from . import batching, bulk, net, peer_info, proto
 from .beacon import CONNECT, Beacon, Companion
 from .config import Config
 from .intake import RecordIntake
@@ -168,6 +168,10 @@ class DataSocket:
         self.endpoint = f"tcp://{self.host}:{self.port}"
         self._config = config
         self._name = name
+        self._sock = sock
+        self._sender = sender
+        # what the role reports of itself in its PEER-INFO's details (rfc 17); set by the role
+        self.describe: peer_info.Describe | None = None
         # what the peer is (rfc 5.6); None: a peer that hears every beacon and is heard by every peer
         self._profiles = None if profiles is None else list(profiles)
         # beside: another socket's beacon of this process (same config and profiles) announces this one too
@@ -193,11 +197,17 @@ class DataSocket:
             beacon.add_profile(role, topic)
         return beacon
 
+    def answer_info(self, sub: proto.Subscription) -> bool:
+        """Answer a PEER-INFO subscription (rfc 17) seen on the data socket; True if ``sub`` was one.
+        Call from the thread that owns the socket."""
+        return peer_info.answer(self._sock, sub, self._sender, self._name, self.describe)
+
     def rebeacon(self, sender: str) -> Beacon:
         """Announce the data socket under another address from now on (a
         resumed producer, after it learnt its head under a temporary one):
         stops the beacon and starts a new one, which the caller polls instead."""
         self.beacon.stop()
+        self._sender = sender
         self.beacon = self._new_beacon(sender).start()
         return self.beacon
 

@@ -650,7 +650,7 @@ class Producer(Generic[V]):
         for sub in read_subscriptions(self._pub):
             if sub is None:
                 self._state.malformed += 1
-            else:
+            elif not self._data.answer_info(sub):
                 wants_head = self._state.on_subscription(sub) or wants_head
                 if self._resume is not None and sub.subscribe and sub.msg_id == proto.GET_HEADS:
                     # A store reader: ask every store now, and again while the way back may not be up yet.

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Sequence, Union
 
+import msgpack
+
 VERSION = 1
 MAX_STRING = 255
 MAX_SEQUENCE = 2**64 - 1
@@ -65,6 +67,10 @@ GROUP_MEMBER = b"J"
 # ...and the heartbeat of a store placing partitions with store/replicas (rfc section 16), which only other
 # dafka-py store writers (``Y`` NUL) and ``dafka status`` subscribe to.
 STORE_MEMBER = b"Y"
+# ...and what a dafka-py peer says of itself (rfc section 17): its role, version, host, uptime, memory and CPU,
+# sent once to each requester that subscribes ``I<own address>`` (``dafka ui``).
+PEER_INFO = b"I"
+MAX_PEER_INFO = 65536  # bytes of a PEER-INFO's body at most
 
 # Tower / beacon frames.
 BEACON = b"B"
@@ -317,6 +323,20 @@ class StoreMemberMsg:
     topic: str = ""  # always empty: every store hears every store
 
 
+@dataclass(frozen=True, slots=True)
+class PeerInfoMsg:
+    """PEER-INFO (extension, rfc section 17): what a dafka-py peer says of itself
+    to a requester that subscribed ``I<requester>``.  topic = requester address;
+    address = the sender's own address; ``role`` what it is ("producer",
+    "consumer", "store-reader", "store-writer"); ``info`` a map of strings to
+    plain values (numbers, strings, lists and maps of them), msgpack in frame 2."""
+
+    topic: str
+    address: str
+    role: str
+    info: dict[str, object]
+
+
 Message = Union[
     RecordMsg,
     DirectRecordMsg,
@@ -333,6 +353,7 @@ Message = Union[
     RecordsMsg,
     GroupMemberMsg,
     StoreMemberMsg,
+    PeerInfoMsg,
 ]
 
 MESSAGE_IDS: dict[type, bytes] = {
@@ -351,6 +372,7 @@ MESSAGE_IDS: dict[type, bytes] = {
     RecordsMsg: RECORDS,
     GroupMemberMsg: GROUP_MEMBER,
     StoreMemberMsg: STORE_MEMBER,
+    PeerInfoMsg: PEER_INFO,
 }
 
 
@@ -468,6 +490,11 @@ def encode(msg: Message) -> list[bytes]:
         ]
         parts.extend(_string(subject, "subject") + _string(address, "address") for subject, address in msg.filling)
         return [b"".join(parts)]
+    if isinstance(msg, PeerInfoMsg):
+        body = msgpack.packb(msg.info)
+        if len(body) > MAX_PEER_INFO:
+            raise ValueError(f"PEER-INFO body of {len(body)} bytes is over {MAX_PEER_INFO}")
+        return [_header(PEER_INFO, msg.topic) + _string(msg.address, "address") + _string(msg.role, "role"), body]
     if isinstance(msg, DirectRecordsMsg):  # RecordsMsg too
         count = msg.count
         if count < 1 or len(msg.lengths) != 4 * count:
@@ -592,7 +619,7 @@ class _Reader:
 _HEAD_LIKE: dict[bytes, type[HeadMsg | DirectHeadMsg | DirectTailMsg]] = {
     HEAD: HeadMsg, DIRECT_HEAD: DirectHeadMsg, DIRECT_TAIL: DirectTailMsg}
 _TWO_FRAMES = frozenset((RECORD, DIRECT_RECORD))
-_FRAMES = {RECORD: 2, DIRECT_RECORD: 2, DIRECT_RECORDS: 3, RECORDS: 3}
+_FRAMES = {RECORD: 2, DIRECT_RECORD: 2, DIRECT_RECORDS: 3, RECORDS: 3, PEER_INFO: 2}
 _KNOWN_IDS = frozenset(MESSAGE_IDS.values())
 
 
@@ -675,6 +702,8 @@ def decode(frames: Sequence[bytes]) -> Message:
         return _decode_group_member(r, topic)
     if msg_id == STORE_MEMBER:
         return _decode_store_member(r, topic)
+    if msg_id == PEER_INFO:
+        return _decode_peer_info(r, topic, frames[1])
     address = r.string("address")
     r.end()
     if msg_id == GET_HEADS:
@@ -756,6 +785,23 @@ def _decode_store_member(r: _Reader, topic: str) -> StoreMemberMsg:
     return StoreMemberMsg(address, store, rack, replicas, reader, filling, leaving)
 
 
+def _decode_peer_info(r: _Reader, topic: str, body: object) -> PeerInfoMsg:
+    address = r.string("address")
+    role = r.string("role")
+    r.end()
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise MalformedMessage("PEER-INFO body is not bytes")
+    if len(body) > MAX_PEER_INFO:
+        raise MalformedMessage(f"PEER-INFO body of {len(body)} bytes is over {MAX_PEER_INFO}")
+    try:
+        info = msgpack.unpackb(bytes(body), raw=False, strict_map_key=True, max_ext_len=0, max_bin_len=0)
+    except Exception as exc:  # msgpack raises several types (ValueError, ExtraData, FormatError, ...)
+        raise MalformedMessage(f"PEER-INFO body is not msgpack: {exc}") from None
+    if not isinstance(info, dict):
+        raise MalformedMessage("PEER-INFO body is not a map")
+    return PeerInfoMsg(topic, address, role, info)
+
+
 _NAMES = {
     RECORD: "RECORD",
     DIRECT_RECORD: "DIRECT-RECORD",
@@ -772,6 +818,7 @@ _NAMES = {
     RECORDS: "RECORDS",
     GROUP_MEMBER: "GROUP-MEMBER",
     STORE_MEMBER: "STORE-MEMBER",
+    PEER_INFO: "PEER-INFO",
 }
 
 

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import zmq
 
+from dafka import peer_info
 from dafka.config import Config
 from dafka.consumer import Consumer
 from dafka.errors import BufferFull, DafkaError, PartitionClaimed, ResumeError
@@ -128,6 +129,7 @@ class Mirror:
         """Join both sites: take over the mirror's provenance partition in the
         target, read what it says, and subscribe to the source.  Raises
         :class:`MirrorError` naming the site that does not answer."""
+        peer_info.set_application("mirror", self.describe)
         try:
             self._provenance = Producer(PROVENANCE_TOPIC, self.target, address=mirror_address(self.name),
                                         resume=True, ctx=self._ctx)
@@ -405,6 +407,13 @@ class Mirror:
         self._ctx.destroy(linger=0)  # (every socket is closed by now)
 
     # -- reading -------------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        """What the mirror's PEER-INFO says of it (rfc 17): its name, its source site and its partitions
+        (at most 1,000 of them, the most lagging first)."""
+        rows = sorted(self.partitions(), key=lambda r: -r["lag"])
+        return {"name": self.name, "source": self.site, "copied": self.state.copied, "conflicts": self.state.conflicts,
+                "gaps": self.state.gaps, "partitions": len(rows), "rows": rows[:1000]}
 
     def partitions(self) -> list[dict[str, Any]]:
         """Every source partition met: its phase, next offset, acked offset, lag."""

@@ -266,6 +266,8 @@ class Reader(RoleThread):
                 self.malformed += 1
                 log.debug("store reader %s dropped a malformed subscription frame: %s", self.address, exc)
                 continue
+            if self._data.answer_info(sub):
+                continue
             if sub.msg_id == proto.DIRECT_RECORD and sub.topic:
                 self._ledger.listening(sub.topic, sub.subscribe)
                 if not sub.subscribe:

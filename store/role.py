@@ -5,7 +5,7 @@ another thread stops through an inproc wake-up pipe."""
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 import zmq
 
@@ -42,6 +42,10 @@ class RoleThread:
 
     def _run(self) -> None:
         raise NotImplementedError
+
+    def describe(self, describe: Callable[[], dict[str, Any]]) -> None:
+        """What this role's PEER-INFO reports as its details (rfc 17)."""
+        self._data.describe = describe
 
     @property
     def endpoint(self) -> str:

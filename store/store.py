@@ -20,9 +20,10 @@ from typing import Any
 import zmq
 
 from dafka.beacon import Beacon
+from dafka.metrics import directory_bytes
 from dafka.peer import ConfigLike, as_config, new_address
 
-from . import running
+from . import keys, running
 from .database import SharedDB, leveldb_options, store_identity
 from .errors import StoreError
 from .reader import Reader
@@ -69,6 +70,7 @@ class Store:
         except BaseException:
             self._db.close()
             raise
+        self._reader.describe(self.describe)
         log.info(
             "store %s on %s: writer %s at %s, reader %s at %s", self.store_id,
             self.path, self.writer_address, self._writer.endpoint, self.reader_address, self._reader.endpoint,
@@ -171,6 +173,23 @@ class Store:
     def heads(self) -> dict[tuple[str, str], int]:
         """(subject, producer address) -> highest sequence written, for every partition."""
         return self._writer.state.heads()
+
+    def describe(self) -> dict[str, Any]:
+        """What the store's PEER-INFO says of it (rfc 17): identity, disk, partitions, placement."""
+        s = self._writer.state
+        try:
+            topics = sorted({subject for subject, _ in list(s.partitions)})[:1000]
+        except RuntimeError:  # the writer added a partition meanwhile: next time
+            topics = []
+        db = self._db.db
+        topic_bytes = {}
+        for topic in topics if db is not None else ():
+            prefix = b"M" + keys.to_bytes(topic) + b"\0"
+            topic_bytes[topic] = db.approximate_size(prefix, keys.prefix_end(prefix))
+        return {"store": self.store_id, "path": self.path, "disk": directory_bytes(self.path), "topic_bytes": topic_bytes,
+                "partitions": len(s.partitions), "records_written": s.records_written,
+                "replicas": self.config["store/replicas"], "rack": self.config["store/rack"],
+                "writer": self.writer_address, "reader": self.reader_address}
 
     def level_bytes(self) -> dict[int, int]:
         """LevelDB's size of each level that holds files (from ``leveldb.stats``): compaction at work."""

@@ -329,6 +329,11 @@ class Writer(RoleThread):
                 break
             reader_arrived = reader_arrived or frame == _READER_ARRIVED
             store_arrived = store_arrived or frame == _STORE_ARRIVED
+            if frame[1:2] == proto.PEER_INFO:
+                try:
+                    self._data.answer_info(proto.decode_subscription(frame))
+                except proto.MalformedMessage:
+                    pass
         if reader_arrived:
             for timer in self._heads_rounds:
                 timer.cancel()

@@ -107,7 +107,7 @@ subject_lists = st.lists(strings, max_size=10).map(tuple)
 def _round_trip(msg: proto.Message) -> None:
     frames = proto.encode(msg)
     assert all(isinstance(f, bytes) for f in frames)
-    assert len(frames) == (2 if isinstance(msg, (RecordMsg, DirectRecordMsg))
+    assert len(frames) == (2 if isinstance(msg, (RecordMsg, DirectRecordMsg, proto.PeerInfoMsg))
                            else 3 if isinstance(msg, DirectRecordsMsg) else 1)
     assert frames[0][:1] == proto.MESSAGE_IDS[type(msg)]
     decoded = proto.decode(frames)
@@ -244,6 +244,52 @@ def test_store_member_has_no_topic():
     frame = proto.encode(proto.StoreMemberMsg("w", "s"))[0]
     with pytest.raises(proto.MalformedMessage, match="with a topic"):
         proto.decode([b"Yx" + frame[1:]])
+
+
+# PEER-INFO's body (rfc 17): a map of strings to what msgpack carries, nested
+info_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.floats(allow_nan=False) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12)
+peer_infos = st.builds(proto.PeerInfoMsg, topics, strings, strings,
+                       st.dictionaries(st.text(max_size=20), info_values, max_size=8))
+
+
+@ROUND_TRIP
+@given(peer_infos)
+@example(proto.PeerInfoMsg("", "", "", {}))
+@example(proto.PeerInfoMsg("C" * 32, "P" * 32, "store-reader", {"rss": 2**40, "details": {"disk": 12, "x": [1.5]}}))
+def test_peer_info_round_trip(msg):
+    _round_trip(msg)
+
+
+@given(peer_infos, st.integers(0, 400), st.binary(min_size=1, max_size=4), st.binary(max_size=64))
+def test_decode_damaged_peer_info(msg, at, garbage, body):
+    """A PEER-INFO whose frame 1 is damaged, or whose body is any bytes, decodes or raises MalformedMessage."""
+    frames = proto.encode(msg)
+    at = min(at, len(frames[0]))
+    for head in (frames[0][:at], frames[0] + garbage, frames[0][:at] + garbage + frames[0][at + len(garbage):]):
+        try:
+            assert isinstance(proto.decode([head, frames[1]]), proto.Message.__args__)
+        except proto.MalformedMessage:
+            pass
+    try:
+        decoded = proto.decode([frames[0], body])
+        assert isinstance(decoded, proto.PeerInfoMsg) and isinstance(decoded.info, dict)
+    except proto.MalformedMessage:
+        pass
+
+
+def test_peer_info_refuses_what_is_not_a_small_map():
+    frame = proto.encode(proto.PeerInfoMsg("c", "p", "producer", {}))[0]
+    import msgpack
+    for body, reason in ((msgpack.packb([1, 2]), "not a map"), (b"\xc1", "not msgpack"),
+                         (msgpack.packb({1: 2}), "not msgpack"), (b"\x80" + b"x", "not msgpack"),
+                         (msgpack.packb({"a": "x" * proto.MAX_PEER_INFO}), "over")):
+        with pytest.raises(proto.MalformedMessage, match=reason):
+            proto.decode([frame, body])
+    with pytest.raises(ValueError, match="over"):
+        proto.encode(proto.PeerInfoMsg("c", "p", "producer", {"a": "x" * proto.MAX_PEER_INFO}))
 
 
 @st.composite

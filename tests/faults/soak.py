@@ -54,7 +54,7 @@ for folder in (HERE, HERE.parent):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from dafka.metrics import _directory_bytes  # noqa: E402  (what dafka_store_db_bytes reports)
+from dafka.metrics import directory_bytes  # noqa: E402  (what dafka_store_db_bytes reports)
 
 TOPIC = "soak"
 GROUP = "soakers"
@@ -404,7 +404,7 @@ class Soak:
                 row["proc"][part] = s
         for name, port in self.ports.items():
             # (not Path.rglob and stat: LevelDB deletes a table as it compacts, which killed a 60-minute run)
-            store = {"disk_mib": _directory_bytes(str(self.work / f"{name}.db")) / 2**20}
+            store = {"disk_mib": directory_bytes(str(self.work / f"{name}.db")) / 2**20}
             try:
                 store.update(_scrape(port))
             except OSError:

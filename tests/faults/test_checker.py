@@ -135,7 +135,7 @@ def test_the_soak_measures_a_database_whose_tables_vanish(tmp_path, monkeypatch)
             yield root, dirs, files + ["000002.ldb"]  # listed, then deleted by a compaction
 
     monkeypatch.setattr(os, "walk", walk_with_a_vanished_table)
-    assert soak._directory_bytes(str(tmp_path)) == 1000
+    assert soak.directory_bytes(str(tmp_path)) == 1000
 
 
 def test_the_soak_samples_children_started_by_any_thread():
