@@ -3,7 +3,8 @@
 ``dafka tower``, ``dafka store``, ``dafka produce`` and ``dafka consume`` are
 the same commands as ``dafka_towerd``, ``dafka_stored``,
 ``dafka_console_producer`` and ``dafka_console_consumer``; ``dafka status``,
-``dafka demo``, ``dafka keygen``, ``dafka cdc`` and ``dafka mirror`` exist only here.
+``dafka demo``, ``dafka keygen``, ``dafka cdc`` and ``dafka mirror`` exist only here;
+``dafka ui`` is also ``dafka_ui``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dafka import __version__
 from dafka.cdc.cli import cdc
 from dafka.mirror.cli import mirror
 from dafka.towerd.main import main as tower
+from dafka.ui.cli import ui
 
 from .common import CONTEXT_SETTINGS
 from .consumer import main as consume
@@ -49,3 +51,4 @@ main.add_command(demo)
 main.add_command(keygen)
 main.add_command(cdc)
 main.add_command(mirror)
+main.add_command(ui)

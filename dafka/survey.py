@@ -211,7 +211,7 @@ class StatusPeer:
     def on_subscriptions(self) -> None:
         ask = False
         for sub in read_subscriptions(self.xpub):
-            if sub is None or not sub.subscribe:
+            if sub is None or not sub.subscribe or self.data.answer_info(sub):
                 continue
             survey, topic = self.survey, sub.topic
             if sub.msg_id == proto.GET_HEADS:

@@ -113,6 +113,7 @@ class LivePeer:
         self._ctx = zmq.Context()
         self._sockets: list[zmq.Socket] = []
         self.beacon: Beacon | None = None
+        self.data: DataSocket | None = None  # with a tower: what announces us (and answers PEER-INFO, rfc 17)
         self.peers: dict[str, str] = {}  # endpoint -> sender, as the tower reports them
         try:
             self.xpub = self._socket(zmq.XPUB)
@@ -127,9 +128,9 @@ class LivePeer:
             self.monitor = self.sub.get_monitor_socket(_MONITOR_EVENTS)
             self._sockets.append(self.monitor)
             if not direct:
-                data = DataSocket(self._ctx, config, self.xpub, self.address, name)
-                self.endpoint = data.endpoint
-                self.beacon = data.beacon.start()
+                self.data = DataSocket(self._ctx, config, self.xpub, self.address, name)
+                self.endpoint = self.data.endpoint
+                self.beacon = self.data.beacon.start()
             else:
                 curve = Curve.from_config(config)
                 if curve is not None:
@@ -225,7 +226,7 @@ class LivePeer:
                 self.dead.add(endpoint)  # (retries repeat: only the first one is news)
                 self.changed = now
         for sub in read_subscriptions(self.xpub):
-            if sub is None or not sub.topic:
+            if sub is None or not sub.topic or (self.data is not None and self.data.answer_info(sub)):
                 continue
             if sub.subscribe:
                 self.subscribers.add(sub.topic)

@@ -17,7 +17,10 @@ import zipfile
 from pathlib import Path
 
 WHEEL_PACKAGES = {"dafka", "dafka/store", "dafka/towerd", "dafka/cli", "dafka/spark", "dafka/spark/examples",
-                  "dafka/cdc", "dafka/mirror"}
+                  "dafka/cdc", "dafka/mirror", "dafka/ui"}
+# the console's pages ship in the wheel (nothing is fetched at run time)
+WHEEL_FILES = ["dafka/ui/templates/base.html", "dafka/ui/templates/overview.html", "dafka/ui/static/console.js",
+               "dafka/ui/static/console.css"]
 SDIST_NEEDS = ["tox.ini", "pyproject.toml", "CHANGELOG.md", "MANIFEST.in", "tests/conftest.py",
                "tests/data/wire_vectors.txt", "tests/data/store-0.1.0/CURRENT", "tests/faults/faultkit.py",
                "tests/typing/user_code.py", "docs/conf.py", "examples/producer_consumer.py", "rfc/dafka.md",
@@ -42,6 +45,7 @@ def problems(dist: Path) -> list[str]:
         out.append(f"the wheel's packages: {sorted(packages)}, expected {sorted(WHEEL_PACKAGES)}")
     if "dafka/py.typed" not in names:
         out.append("the wheel has no dafka/py.typed")
+    out += [f"the wheel lacks {need}" for need in WHEEL_FILES if need not in names]
     with tarfile.open(sdists[0]) as sdist:
         root = sdist.getnames()[0].split("/")[0]
         held = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}

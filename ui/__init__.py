@@ -1,0 +1,3 @@
+"""The web console (``dafka ui``): a peer that observes the cluster
+(:mod:`.peer`), what it knows (:mod:`.model`, sans-I/O), and the pages
+(:mod:`.app`).  Needs the ``ui`` extra: ``pip install 'dafka[ui]'``."""

@@ -1,0 +1,412 @@
+"""What the console knows of a cluster, free of I/O: feed it what its peer
+hears (tower events, decoded messages, subscriptions seen on its XPUB) and
+the time; ask it for what a page shows.
+
+It learns:
+
+* the live peers, from the tower (``peer_up`` / ``peer_down``);
+* what each dafka-py peer says of itself (PEER-INFO, rfc 17): role, version,
+  host, uptime, memory, CPU, and a store's disk and partitions, a mirror's
+  sources, a CDC connector's position;
+* the role of a peer that says nothing (a reference peer), from what it
+  subscribes to on the console's XPUB, as ``dafka status`` does;
+* every partition's producer head (HEAD) and each store's head and tail
+  (DIRECT-PARTITIONS, DIRECT-HEAD);
+* the consumer groups (GROUP-MEMBER) and the sharded stores (STORE-MEMBER).
+
+:meth:`ClusterModel.tick` samples the heads once a second: the cluster's and
+each partition's rate, and each group's lag over time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from dafka import proto
+from dafka.group import OFFSETS_TOPIC
+from dafka.store.placement import place
+
+HISTORY = 300  # samples (one a second) kept for the charts
+RATE_WINDOW = 5.0  # seconds over which a rate is measured
+
+
+@dataclass
+class PeerView:
+    """One live peer, as the console sees it."""
+
+    address: str
+    endpoint: str
+    since: float  # console time it was first heard
+    roles: set[str] = field(default_factory=set)  # inferred from its subscriptions
+    info: dict[str, Any] = field(default_factory=dict)  # its last PEER-INFO's body
+    info_role: str = ""  # the role its PEER-INFO gave
+    info_at: float = 0.0  # console time of that PEER-INFO
+    cpu_rate: float | None = None  # share of a core over the last two PEER-INFOs
+
+    @property
+    def role(self) -> str:
+        if self.info_role:
+            return self.info_role
+        for role in ("store-reader", "store-writer", "producer", "consumer"):
+            if role in self.roles:
+                return role
+        return "unknown"
+
+    @property
+    def application(self) -> str:
+        return str(self.info.get("application") or "")
+
+
+@dataclass
+class PartitionView:
+    topic: str
+    address: str
+    producer_head: int | None = None
+    store_heads: dict[str, int] = field(default_factory=dict)  # store reader -> head
+    store_tails: dict[str, int] = field(default_factory=dict)  # store reader -> oldest kept
+    # the highest DIRECT-HEAD: a reference store's answer (which names no store), or a dafka-py store's before
+    # it saw the console's bulk subscription
+    unnamed_head: int | None = None
+    samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=8))
+
+    @property
+    def head(self) -> int | None:
+        heads = [h for h in (self.producer_head, self.unnamed_head, *self.store_heads.values()) if h is not None]
+        return max(heads) if heads else None
+
+    @property
+    def stored_head(self) -> int | None:
+        heads = [h for h in (self.unnamed_head, *self.store_heads.values()) if h is not None]
+        return max(heads) if heads else None
+
+    def unnamed_store(self) -> bool:
+        """Whether a store that did not name itself holds more than the named ones (a reference store)."""
+        return self.unnamed_head is not None and self.unnamed_head > max(self.store_heads.values(), default=-1)
+
+    @property
+    def tail(self) -> int | None:
+        """The oldest offset some store still holds (0 when no store said)."""
+        return min(self.store_tails.values()) if self.store_tails else (0 if self.store_heads else None)
+
+    @property
+    def records(self) -> int:
+        head, tail = self.stored_head, self.tail
+        return 0 if head is None or tail is None else max(0, head - tail + 1)
+
+    def rate(self) -> float:
+        if len(self.samples) < 2:
+            return 0.0
+        (t0, h0), (t1, h1) = self.samples[0], self.samples[-1]
+        return (h1 - h0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+@dataclass
+class GroupView:
+    name: str
+    members: dict[str, proto.GroupMemberMsg] = field(default_factory=dict)
+    committed: dict[tuple[str, str], int] = field(default_factory=dict)  # last known commits, kept after members go
+    lag: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=HISTORY))
+
+
+class ClusterModel:
+    def __init__(self, address: str) -> None:
+        self.address = address  # the console's own
+        self.peers: dict[str, PeerView] = {}  # address -> live peer
+        self._by_endpoint: dict[str, str] = {}
+        self.partitions: dict[tuple[str, str], PartitionView] = {}
+        self.groups: dict[str, GroupView] = {}
+        self.store_members: dict[str, proto.StoreMemberMsg] = {}  # store reader -> its heartbeat
+        self.gone: deque[tuple[float, str, str]] = deque(maxlen=50)  # (when, address, role) of peers that left
+        self.rates: deque[tuple[float, float]] = deque(maxlen=HISTORY)  # (time, records/s of the cluster)
+        self.malformed = 0
+
+    # -- feeding ------------------------------------------------------------
+
+    def peer_up(self, endpoint: str, address: str, now: float) -> None:
+        self._by_endpoint[endpoint] = address
+        if address not in self.peers:
+            self.peers[address] = PeerView(address, endpoint, now)
+
+    def peer_down(self, endpoint: str, now: float) -> None:
+        address = self._by_endpoint.pop(endpoint, None)
+        if address is None:
+            return
+        peer = self.peers.pop(address, None)
+        if peer is not None:
+            self.gone.appendleft((now, address, peer.role))
+        self.store_members.pop(address, None)
+
+    def on_subscription(self, sub: proto.Subscription) -> None:
+        """A subscription seen on the console's XPUB: what the subscriber is (as ``dafka status`` tells)."""
+        topic = sub.topic
+        if not sub.subscribe or not topic or topic not in self.peers:
+            return
+        role = {proto.CONSUMER_HELLO: "store-reader", proto.ACK: "producer", proto.FETCH: "producer",
+                proto.STORE_HELLO: "consumer", proto.DIRECT_RECORD: "store-writer"}.get(sub.msg_id)
+        if role is not None:
+            self.peers[topic].roles.add(role)
+
+    def _partition(self, topic: str, address: str) -> PartitionView:
+        key = (topic, address)
+        p = self.partitions.get(key)
+        if p is None:
+            p = self.partitions[key] = PartitionView(topic, address)
+        return p
+
+    def on_message(self, msg: proto.Message, now: float) -> None:
+        """A message the console heard (on one SUB from every peer: who sent it is what it says)."""
+        if isinstance(msg, proto.HeadMsg):
+            p = self._partition(msg.subject, msg.address)
+            p.producer_head = msg.sequence if p.producer_head is None else max(p.producer_head, msg.sequence)
+            if msg.address in self.peers:
+                self.peers[msg.address].roles.add("producer")
+        elif isinstance(msg, proto.DirectPartitionsMsg):
+            for info in msg.partitions:
+                p = self._partition(info.subject, info.address)
+                p.store_heads[msg.address] = info.head
+                p.store_tails[msg.address] = info.tail
+        elif isinstance(msg, proto.DirectHeadMsg):
+            p = self._partition(msg.subject, msg.address)
+            p.unnamed_head = msg.sequence if p.unnamed_head is None else max(p.unnamed_head, msg.sequence)
+        elif isinstance(msg, proto.GroupMemberMsg):
+            group = self.group(msg.topic)
+            if msg.leaving:
+                group.members.pop(msg.address, None)
+            else:
+                group.members[msg.address] = msg
+            for entry in msg.entries:
+                if entry.state == proto.READING and entry.offset != proto.NO_OFFSET:
+                    group.committed[(entry.subject, entry.address)] = entry.offset
+        elif isinstance(msg, proto.StoreMemberMsg):
+            if msg.leaving:
+                self.store_members.pop(msg.reader, None)
+            else:
+                self.store_members[msg.reader] = msg
+        elif isinstance(msg, proto.PeerInfoMsg):
+            self._on_info(msg, now)
+
+    def _on_info(self, msg: proto.PeerInfoMsg, now: float) -> None:
+        peer = self.peers.get(msg.address)
+        if peer is None:
+            return
+        before, then = peer.info.get("cpu"), peer.info.get("now")
+        cpu, wall = msg.info.get("cpu"), msg.info.get("now")
+        if (isinstance(before, (int, float)) and isinstance(then, (int, float)) and isinstance(cpu, (int, float))
+                and isinstance(wall, (int, float)) and wall > then):
+            peer.cpu_rate = max(0.0, (cpu - before) / (wall - then))
+        peer.info, peer.info_role, peer.info_at = msg.info, msg.role, now
+
+    def group(self, name: str) -> GroupView:
+        group = self.groups.get(name)
+        if group is None:
+            group = self.groups[name] = GroupView(name)
+        return group
+
+    def on_commits(self, group: str, commits: dict[tuple[str, str], int]) -> None:
+        """The newest commits of ``group`` read from its offsets topic (a group whose members are gone)."""
+        self.group(group).committed.update(commits)
+
+    def woke(self) -> None:
+        """The console listens again after a pause: rates start over (a rate across the pause would be its
+        average)."""
+        for p in self.partitions.values():
+            p.samples.clear()
+
+    def tick(self, now: float) -> None:
+        """Sample the heads: rates, and each group's lag."""
+        for p in self.partitions.values():
+            head = p.head
+            if head is None:
+                continue
+            if not p.samples or p.samples[-1][1] != head or now - p.samples[-1][0] > 1.0:
+                p.samples.append((now, head))
+            while len(p.samples) > 2 and now - p.samples[0][0] > RATE_WINDOW:
+                p.samples.popleft()
+        # the sum of the partitions' rates: a partition just discovered adds its records, not a burst of them
+        self.rates.append((now, sum(p.rate() for p in self.partitions.values())))
+        for group in self.groups.values():
+            group.lag.append((now, sum(row["lag"] or 0 for row in self.group_partitions(group.name))))
+
+    # -- what pages show ----------------------------------------------------
+
+    def topic_names(self) -> list[str]:
+        return sorted({topic for topic, _ in self.partitions})
+
+    def is_internal(self, topic: str) -> bool:
+        return topic.startswith("__")
+
+    def producer_alive(self, address: str) -> bool:
+        return address in self.peers
+
+    def stores(self) -> list[dict[str, Any]]:
+        """One row a store (its reader's PEER-INFO, or a reader that said nothing)."""
+        rows = []
+        members = {m.reader: m for m in self.store_members.values()}
+        for peer in self.peers.values():
+            if peer.role != "store-reader":
+                continue
+            details = peer.info.get("details") or {}
+            held = sum(1 for p in self.partitions.values() if peer.address in p.store_heads)
+            member = members.get(peer.address)
+            rows.append({
+                "address": peer.address, "store": details.get("store", ""), "host": peer.info.get("host", ""),
+                "disk": details.get("disk"), "partitions": held, "path": details.get("path", ""),
+                "replicas": member.replicas if member else details.get("replicas", 0),
+                "rack": member.rack if member else details.get("rack", ""),
+                "filling": len(member.filling) if member else 0,
+                "share": held / len(self.partitions) if self.partitions else 0.0,
+                "topic_bytes": details.get("topic_bytes") or {},
+            })
+        return sorted(rows, key=lambda r: (r["store"], r["address"]))
+
+    def under_replicated(self) -> list[tuple[str, str]]:
+        """With sharded stores (rfc 16): partitions that fewer than store/replicas owners hold to the head."""
+        members = {m.store: m for m in self.store_members.values()}
+        replicas = max((m.replicas for m in members.values()), default=0)
+        if not replicas:
+            return []
+        racks = {store: m.rack for store, m in members.items()}
+        out = []
+        for key, p in self.partitions.items():
+            head = p.stored_head
+            owners = place(key[0], key[1], racks, replicas)
+            complete = sum(1 for s in owners if key not in members[s].filling and head is not None
+                           and p.store_heads.get(members[s].reader, -1) >= head)
+            if complete < min(replicas, len(racks)):
+                out.append(key)
+        return sorted(out)
+
+    def overview(self, now: float) -> dict[str, Any]:
+        peers = []
+        for peer in sorted(self.peers.values(), key=lambda p: (p.application or p.role, p.address)):
+            info = peer.info
+            started = info.get("started")
+            uptime = info.get("now", 0) - started if isinstance(started, (int, float)) else None
+            peers.append({
+                "address": peer.address, "endpoint": peer.endpoint, "role": peer.role,
+                "application": peer.application, "version": info.get("version", ""),
+                "host": info.get("host", ""), "pid": info.get("pid"),
+                "uptime": (uptime or 0) + (now - peer.info_at) if uptime is not None else None,
+                "rss": info.get("rss"), "cpu": peer.cpu_rate, "metrics": info.get("metrics", ""),
+                "heard": now - peer.since, "reference": not info,
+            })
+        counts: dict[str, int] = {}
+        for row in peers:
+            counts[row["application"] or row["role"]] = counts.get(row["application"] or row["role"], 0) + 1
+        topics = [t for t in self.topic_names() if not self.is_internal(t)]
+        return {
+            "peers": peers, "counts": counts, "stores": self.stores(), "topics": len(topics),
+            "partitions": sum(1 for t, _ in self.partitions if not self.is_internal(t)),
+            "records": sum(p.records for p in self.partitions.values()),
+            "rate": self.rates[-1][1] if self.rates else 0.0,
+            "under_replicated": self.under_replicated(),
+            "sharded": bool(self.store_members), "groups": len(self.groups),
+            "gone": [{"ago": now - when, "address": a, "role": r} for when, a, r in self.gone],
+        }
+
+    def topics(self, pattern: str = "", internal: bool = False) -> list[dict[str, Any]]:
+        rows: dict[str, dict[str, Any]] = {}
+        needle = pattern.lower()
+        bytes_by_topic: dict[str, int] = {}
+        for store in self.stores():
+            for topic, size in store["topic_bytes"].items():
+                bytes_by_topic[topic] = bytes_by_topic.get(topic, 0) + int(size)
+        for (topic, _), p in self.partitions.items():
+            if needle and needle not in topic.lower():
+                continue
+            if not internal and self.is_internal(topic):
+                continue
+            row = rows.get(topic)
+            if row is None:
+                row = rows[topic] = {"topic": topic, "partitions": 0, "records": 0, "rate": 0.0, "live": 0,
+                                     "bytes": bytes_by_topic.get(topic)}
+            row["partitions"] += 1
+            row["records"] += p.records
+            row["rate"] += p.rate()
+            row["live"] += self.producer_alive(p.address)
+        return [rows[t] for t in sorted(rows)]
+
+    def topic(self, name: str) -> list[dict[str, Any]]:
+        readers = {peer.address: (peer.info.get("details") or {}).get("store", "") for peer in self.peers.values()}
+        rows = []
+        for (topic, address), p in sorted(self.partitions.items()):
+            if topic != name:
+                continue
+            rows.append({
+                "partition": address, "alive": self.producer_alive(address),
+                "producer_head": p.producer_head, "head": p.head, "tail": p.tail, "records": p.records,
+                "stores": [{"reader": r, "store": readers.get(r, ""), "head": h, "tail": p.store_tails.get(r)}
+                           for r, h in sorted(p.store_heads.items())]
+                + ([{"reader": "", "store": "a reference store", "head": p.unnamed_head, "tail": None}]
+                   if p.unnamed_store() else []),
+                "rate": p.rate(),
+            })
+        return rows
+
+    def partition(self, topic: str, address: str) -> PartitionView | None:
+        return self.partitions.get((topic, address))
+
+    def group_names(self) -> list[str]:
+        """Every group heard of: by its members, or by its offsets topic on the stores."""
+        names = set(self.groups)
+        names.update(t[len(OFFSETS_TOPIC):] for t, _ in self.partitions if t.startswith(OFFSETS_TOPIC))
+        return sorted(names)
+
+    def group_partitions(self, name: str) -> list[dict[str, Any]]:
+        group = self.groups.get(name)
+        if group is None:
+            return []
+        owner: dict[tuple[str, str], str] = {}
+        topics: set[str] = set()
+        for member in group.members.values():
+            topics.update(member.subjects)
+            for entry in member.entries:
+                if entry.state == proto.READING:
+                    owner[(entry.subject, entry.address)] = member.address
+        keys = set(group.committed) | set(owner) | {k for k in self.partitions if k[0] in topics}
+        rows = []
+        for key in sorted(keys):
+            p = self.partitions.get(key)
+            head = p.head if p is not None else None
+            committed = group.committed.get(key)
+            lag = None if head is None else head + 1 - (committed or 0)
+            rows.append({"topic": key[0], "partition": key[1], "member": owner.get(key, ""),
+                         "committed": committed, "head": head, "lag": lag})
+        return rows
+
+    def groups_overview(self) -> list[dict[str, Any]]:
+        rows = []
+        for name in self.group_names():
+            group = self.groups.get(name)
+            parts = self.group_partitions(name)
+            topics: set[str] = set()
+            for member in (group.members.values() if group else ()):
+                topics.update(member.subjects)
+            rows.append({"group": name, "members": len(group.members) if group else 0,
+                         "topics": sorted(topics or {r["topic"] for r in parts}),
+                         "partitions": len(parts), "lag": sum(r["lag"] or 0 for r in parts),
+                         "state": "stable" if group and group.members else "empty"})
+        return rows
+
+    def applications(self, kind: str) -> list[dict[str, Any]]:
+        """The mirrors (``"mirror"``) or CDC connectors (``"cdc"``) alive: one row a process."""
+        seen: dict[tuple[str, Any], dict[str, Any]] = {}
+        for peer in self.peers.values():
+            if peer.application != kind:
+                continue
+            key = (str(peer.info.get("host", "")), peer.info.get("pid"))
+            row = seen.setdefault(key, {"host": key[0], "pid": key[1], "details": {}, "peers": []})
+            row["peers"].append({"address": peer.address, "role": peer.role})
+            details = peer.info.get("application_details") or {}
+            if details:
+                row["details"] = details
+        return list(seen.values())
+
+
+
+def tail_prefixes(topic: str) -> list[bytes]:
+    """What to subscribe on every peer to follow ``topic`` live, as a dafka-py consumer does: RECORDs, and
+    RECORDS, which a dafka-py producer then sends instead (dafka/batching.py)."""
+    return [proto.subscription(proto.RECORD, topic, exact=True), proto.subscription(proto.RECORDS, topic, exact=True)]
