@@ -1028,6 +1028,17 @@ def scenario_shards(a: argparse.Namespace) -> dict:
         [int(s) for s in a.sizes.split(",")], a.shard_partitions)
 
 
+def scenario_ui(a: argparse.Namespace) -> dict:
+    """bench/ui_bench.py: the web console's page loads at scale, and its CPU (skipped without the ui extra)."""
+    import importlib.util
+
+    if importlib.util.find_spec("starlette") is None or importlib.util.find_spec("uvicorn") is None:
+        print("\n== web console: skipped (pip install '.[ui]') ==")
+        return {}
+    return scenario_module("ui_bench").run_all(sys.modules[__name__], a.ui_partitions, a.ui_records, a.ui_seconds,
+                                               a.ui_rate, idle_wait=a.ui_idle_wait, browser=bool(a.ui_browser))
+
+
 def scenario_scale(a: argparse.Namespace) -> dict:
     """bench/scale_bench.py: discovery's cost against the number of peers."""
     scale_bench = scenario_module("scale_bench")
@@ -1272,8 +1283,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--skip", default="",
                     help="comma-separated scenarios to skip (recovery, store, bulk, partitions, groups, idle, hold, "
-                         "spark, cdc, mirror, burst, scale, shards)")
-    ap.add_argument("--only", choices=("cdc", "mirror", "burst", "scale", "shards"),
+                         "spark, cdc, mirror, burst, scale, shards, ui)")
+    ap.add_argument("--only", choices=("cdc", "mirror", "burst", "scale", "shards", "ui"),
                     help="run only this scenario (burst measures its own ceiling)")
     ap.add_argument("--ab", nargs="?", const="v0.2.0", metavar="REV",
                     help="same-run A/B: this checkout against REV (default: the last release, v0.2.0) in "
@@ -1299,6 +1310,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shard-records", type=int, default=200_000, help="records of each row of the shards scenario")
     ap.add_argument("--shard-partitions", type=int, default=64,
                     help="partitions of the shards scenario (its capacity rows and its rebalance)")
+    ap.add_argument("--ui-partitions", type=int, default=3000, help="partitions the ui scenario's store holds")
+    ap.add_argument("--ui-records", type=int, default=10_000_000, help="records the ui scenario's store holds")
+    ap.add_argument("--ui-seconds", type=float, default=30.0, help="how long the ui scenario measures each CPU figure")
+    ap.add_argument("--ui-rate", type=int, default=100_000, help="records a second of the ui scenario's loaded cluster")
+    ap.add_argument("--ui-browser", type=int, choices=(0, 1), default=1,
+                    help="the ui scenario loads pages in chromium where it is installed (0: over HTTP only)")
+    ap.add_argument("--ui-idle-wait", type=float, default=35.0,
+                    help="seconds the ui scenario waits for the console to stop listening (it does 30 s after a look)")
     # role options
     ap.add_argument("--sub")
     ap.add_argument("--pub")
@@ -1346,7 +1365,8 @@ def main(argv: list[str] | None = None) -> int:
                 "mirror": lambda: scenario_mirror(a),
                 "burst": lambda: scenario_store_burst(a.burst_records, a.burst_set),
                 "scale": lambda: scenario_scale(a),
-                "shards": lambda: scenario_shards(a)}
+                "shards": lambda: scenario_shards(a),
+                "ui": lambda: scenario_ui(a)}
         results = {a.only: only[a.only]()}
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=2))
@@ -1417,6 +1437,8 @@ def main(argv: list[str] | None = None) -> int:
         results["scale"] = scenario_scale(a)
     if "shards" not in skip and "store" not in skip and store_available():
         results["shards"] = scenario_shards(a)
+    if "ui" not in skip and "store" not in skip and store_available():
+        results["ui"] = scenario_ui(a)
     if "hold" not in skip:
         results["hold"] = scenario_hold_unacked(a.hold_records)
         h = results["hold"]

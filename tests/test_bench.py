@@ -38,7 +38,7 @@ def bench(processes, tmp_path, *args: str) -> tuple[dict, str]:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_benchmark_runs_and_reports_every_scenario(processes, tmp_path):
-    results, stdout = bench(processes, tmp_path, "--skip", "spark,cdc,mirror,burst,scale")
+    results, stdout = bench(processes, tmp_path, "--skip", "spark,cdc,mirror,burst,scale,ui")
     assert "raw pyzmq PUB/SUB ceiling" in stdout and "(1.00x)" in stdout
     run = results["runs"]["100"]
     assert run["ceiling"]["rate"] > 0
@@ -66,6 +66,19 @@ def test_benchmark_runs_and_reports_every_scenario(processes, tmp_path):
         assert len(group["shares"]) == int(members) and all(0 <= n <= 8 for n in group["shares"]), group
     for process, cpu in run["direct"]["cpu_us"].items():
         assert cpu is not None and cpu > 0, process
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_benchmark_ui(processes, tmp_path):
+    """The console scenario at a small scale: every page answered, a record shown, every CPU figure measured."""
+    ui = bench(processes, tmp_path, "--only", "ui", "--ui-partitions", "40", "--ui-records", "4000",
+               "--ui-seconds", "1", "--ui-rate", "1000", "--ui-idle-wait", "1", "--ui-browser", "0")[0]["ui"]
+    assert set(ui["pages"]["http"]) == {"overview", "topic list", "topic page", "record at an offset"}
+    assert all(r["n"] == 40 and r["max_ms"] > 0 for r in ui["pages"]["http"].values())
+    assert {k for k in ui["cpu"] if k != "page open with"} == {
+        "idle, page closed", "idle, page open", "idle, page closed again", "1,000 records/s, page closed",
+        "1,000 records/s, page open", "1,000 records/s, live tail open"}
 
 
 @pytest.mark.slow
