@@ -189,6 +189,7 @@ class Store:
         return {"store": self.store_id, "path": self.path, "disk": directory_bytes(self.path), "topic_bytes": topic_bytes,
                 "partitions": len(s.partitions), "records_written": s.records_written,
                 "replicas": self.config["store/replicas"], "rack": self.config["store/rack"],
+                "retention_ms": self.config["store/retention/ms"], "retention_bytes": self.config["store/retention/bytes"],
                 "writer": self.writer_address, "reader": self.reader_address}
 
     def level_bytes(self) -> dict[int, int]:

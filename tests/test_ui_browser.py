@@ -194,6 +194,7 @@ def test_topics_filter_and_topic_heads(page, cluster):
         expect(row.locator("[data-test=head]")).to_have_text(f"{head:,}")
         expect(row.locator(".pill.store")).to_have_count(2)  # both stores hold it
         expect(row.locator(".pill.alive")).to_be_visible()
+    expect(page.locator("p.dim")).to_contain_text("kept forever")  # the stores' retention, as they said it
     shot(page, "topic")
 
 
@@ -312,8 +313,11 @@ def test_mirrors_and_cdc_connectors(page, cluster):
     expect(connector).to_contain_text("orders", timeout=20_000)
     expect(connector).to_contain_text("shop")
     shot(page, "connectors")
+    expect(page.locator("#provenance tbody tr")).to_have_count(1)
+    expect(page.locator("#provenance")).to_contain_text(cluster.b.pub)  # the source site, as the mirror names it
     page.goto("/topic?name=events")
     expect(page.locator("#partitions [data-test=head]").first).to_have_text("24", timeout=20_000)
+    expect(page.locator("#partitions [data-test=source]").first).to_contain_text("b-to-a")
 
 
 def test_a_killed_producer_shows_gone_within_the_beacon_timeout(page, cluster):

@@ -41,7 +41,7 @@ def test_heads_tails_records_and_stores_of_a_partition():
     assert len(m.topic("orders")[0]["stores"]) == 2
     m.on_message(proto.DirectHeadMsg(m.address, P1, "orders", 120), 1.0)
     assert m.topic("orders")[0]["stores"][-1] == {"reader": "", "store": "a reference store", "head": 120, "tail": None}
-    [topic] = m.topics()
+    [topic] = m.topics(1.0)
     assert topic == {"topic": "orders", "partitions": 1, "records": 121, "rate": 0.0, "live": 1, "bytes": 2000}
 
 
@@ -73,7 +73,8 @@ def test_rates_count_growth_not_discovery():
     m.on_message(proto.HeadMsg("orders", P1, "orders", 1_000_500), 2.0)
     m.tick(2.0)
     assert m.rates[-1][1] == pytest.approx(250.0)  # 500 records over the 2 s since the first sample
-    assert m.topics()[0]["rate"] == pytest.approx(250.0)
+    assert m.topics(2.0)[0]["rate"] == pytest.approx(250.0)
+    assert m.topics(2.0 + 5)[0]["rate"] == 0.0  # the head stood still
 
 
 def test_group_members_commits_lag_and_a_group_without_members():
@@ -96,9 +97,9 @@ def test_group_members_commits_lag_and_a_group_without_members():
     # a group known only by its offsets topic on the stores
     m.on_message(proto.DirectPartitionsMsg(m.address, R1, "", (proto.PartitionInfo("__dafka_offsets.late", P1, 0, 3),)), 3.0)
     assert m.group_names() == ["billing", "late"]
-    assert [t["topic"] for t in m.topics()] == ["orders"]  # internal topics hidden...
-    assert "__dafka_offsets.late" in [t["topic"] for t in m.topics(internal=True)]  # ...unless asked
-    assert m.topics("ORD") and not m.topics("nope")
+    assert [t["topic"] for t in m.topics(3.0)] == ["orders"]  # internal topics hidden...
+    assert "__dafka_offsets.late" in [t["topic"] for t in m.topics(3.0, internal=True)]  # ...unless asked
+    assert m.topics(3.0, "ORD") and not m.topics(3.0, "nope")
 
 
 def test_under_replicated_partitions_of_sharded_stores():

@@ -35,6 +35,7 @@ from starlette.staticfiles import StaticFiles
 
 from dafka import __version__
 from dafka.group import OFFSETS_TOPIC, decode_commits
+from dafka.mirror.provenance import PROVENANCE_TOPIC, MalformedProvenance, Provenance
 
 from . import values
 from .peer import ConsolePeer, Tail
@@ -48,6 +49,8 @@ SEARCH_LIMIT = 100_000  # records a search looks through at most
 SEARCH_CHUNK = 2_000
 TAIL_EVENT_GAP = 0.1  # seconds between two events of a live tail at least
 COMMITS_READ = 1_000  # newest records of each partition of a group's offsets topic read for its commits
+PROVENANCE_READ = 10_000  # newest records of each partition of the provenance topic read (one a partition mirrored)
+PROVENANCE_EVERY = 10.0  # seconds the provenance read is kept
 MAX_FORM = 1024 * 1024  # bytes of a Produce form
 FIRST_ROUND = 1.5  # seconds a page waits for the stores' first answers after the console woke
 
@@ -103,6 +106,7 @@ class Console:
         self.token = secrets.token_urlsafe(32)
         self.started = time.time()
         self._producers: dict[str, Any] = {}
+        self._provenance_read: tuple[float, dict[tuple[str, str], Provenance]] = (float("-inf"), {})
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                                       undefined=jinja2.StrictUndefined)
         self.env.filters.update(size=_size, duration=_duration, count=_count, stamp=_stamp, short=_short)
@@ -167,17 +171,53 @@ class Console:
         await self._look()
         pattern = request.query_params.get("q", "")
         internal = request.query_params.get("internal") == "1"
-        rows = self.peer.read(lambda m: m.topics(pattern, internal))
+        now = time.monotonic()
+        rows = self.peer.read(lambda m: m.topics(now, pattern, internal))
         return self._page(request, "topics.html", "Topics", rows=rows, q=pattern, internal=internal)
 
     async def topic(self, request: Request) -> Response:
         await self._look()
         name = request.query_params.get("name", "")
-        rows = self.peer.read(lambda m: m.topic(name))
+        now = time.monotonic()
+        rows = self.peer.read(lambda m: m.topic(name, now))
         if not rows:
             return self._error(request, 404, f"No partition of topic {name!r} is known to the cluster.")
-        retention = {k: self.peer.config[k] for k in ("store/retention/ms", "store/retention/bytes")}
-        return self._page(request, "topic.html", f"Topic {name}", name=name, rows=rows, retention=retention)
+        stores = self.peer.read(lambda m: m.stores())
+        retention = sorted({(s["retention_ms"], s["retention_bytes"]) for s in stores if s["retention_ms"] is not None})
+        mirrored = {p: prov for (t, p), prov in (await self._provenance()).items() if t == name}
+        return self._page(request, "topic.html", f"Topic {name}", name=name, rows=rows, retention=retention,
+                          stores=len(stores), mirrored=mirrored)
+
+    async def _provenance(self) -> dict[tuple[str, str], Provenance]:
+        """Which partitions of this site a mirror copied in, and from where: the site's provenance topic
+        (rfc/mirror.md), read at most every :data:`PROVENANCE_EVERY` seconds."""
+        now = time.monotonic()
+        if now - self._provenance_read[0] < PROVENANCE_EVERY:
+            return self._provenance_read[1]
+        found: dict[tuple[str, str], Provenance] = {}
+        for value in await self._newest_values(PROVENANCE_TOPIC, PROVENANCE_READ):
+            try:
+                record = Provenance.decode(value)
+            except MalformedProvenance:
+                continue
+            found[(record.topic, record.partition)] = record
+        self._provenance_read = (now, found)
+        return found
+
+    async def _newest_values(self, topic: str, newest: int) -> list[bytes]:
+        """The values of the newest ``newest`` records of each partition of ``topic`` (oldest first in each),
+        read from the stores."""
+        parts = self.peer.read(lambda m: [(r["partition"], r["tail"] or 0, r["head"]) for r in m.topic(topic)])
+        out: list[bytes] = []
+        for partition, tail, head in parts:
+            at = max(tail, (head or 0) - newest + 1)
+            while head is not None and at <= head:
+                answer = await asyncio.wrap_future(self.peer.fetch(topic, partition, at, SEARCH_CHUNK))
+                if not answer["records"]:
+                    break
+                out.extend(value for _, value, _ in answer["records"])
+                at = answer["records"][-1][0] + 1
+        return out
 
     async def messages(self, request: Request) -> Response:
         """The message browser: a page of records of one partition, or a search over a range."""
@@ -280,28 +320,21 @@ class Console:
         """A group without live members: its newest commits, read from its offsets topic on the stores.  A
         member's commit record holds its whole view of the group's commits (rfc 14.6): the newest records
         of each partition of the topic are enough."""
-        topic = OFFSETS_TOPIC + group
-        parts = self.peer.read(lambda m: [(r["partition"], r["tail"] or 0, r["head"]) for r in m.topic(topic)])
         commits: dict[tuple[str, str], int] = {}
-        for partition, tail, head in parts:
-            at = max(tail, (head or 0) - COMMITS_READ + 1)
-            while head is not None and at <= head:
-                answer = await asyncio.wrap_future(self.peer.fetch(topic, partition, at, SEARCH_CHUNK))
-                if not answer["records"]:
-                    break
-                for _, value, _ in answer["records"]:
-                    try:
-                        commits.update(decode_commits(value)[1])
-                    except ValueError:
-                        continue
-                at = answer["records"][-1][0] + 1
+        for value in await self._newest_values(OFFSETS_TOPIC + group, COMMITS_READ):
+            try:
+                commits.update(decode_commits(value)[1])
+            except ValueError:
+                continue
         self.peer.read(lambda m: m.on_commits(group, commits))
 
     async def connectors(self, request: Request) -> Response:
         await self._look()
         mirrors = self.peer.read(lambda m: m.applications("mirror"))
         cdc = self.peer.read(lambda m: m.applications("cdc"))
-        return self._page(request, "connectors.html", "Mirrors and CDC", mirrors=mirrors, cdc=cdc)
+        provenance = sorted((await self._provenance()).values(), key=lambda p: (p.topic, p.partition))
+        return self._page(request, "connectors.html", "Mirrors and CDC", mirrors=mirrors, cdc=cdc,
+                          provenance=provenance)
 
     async def produce(self, request: Request) -> Response:
         await self._look()

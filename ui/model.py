@@ -30,6 +30,7 @@ from dafka.store.placement import place
 
 HISTORY = 300  # samples (one a second) kept for the charts
 RATE_WINDOW = 5.0  # seconds over which a rate is measured
+STILL = 4.0  # seconds without a new head after which a partition's rate is 0 (heads come every 1-2 s)
 
 
 @dataclass
@@ -95,8 +96,19 @@ class PartitionView:
         head, tail = self.stored_head, self.tail
         return 0 if head is None or tail is None else max(0, head - tail + 1)
 
-    def rate(self) -> float:
-        if len(self.samples) < 2:
+    def observe(self, now: float, head: int) -> None:
+        """A head heard at ``now`` (a HEAD, a store's answer): a sample of the rate when it moved on.  Samples
+        are taken when heads arrive, not when the console ticks: heads come every second or two, and a
+        sample's time must be when its head was true."""
+        if not self.samples or head > self.samples[-1][1]:
+            self.samples.append((now, head))
+        while len(self.samples) > 2 and now - self.samples[0][0] > RATE_WINDOW:
+            self.samples.popleft()
+
+    def rate(self, now: float) -> float:
+        """Records a second over the last :data:`RATE_WINDOW` seconds; 0 once the head stood still for
+        :data:`STILL` seconds."""
+        if len(self.samples) < 2 or now - self.samples[-1][0] > STILL:
             return 0.0
         (t0, h0), (t1, h1) = self.samples[0], self.samples[-1]
         return (h1 - h0) / (t1 - t0) if t1 > t0 else 0.0
@@ -160,6 +172,7 @@ class ClusterModel:
         if isinstance(msg, proto.HeadMsg):
             p = self._partition(msg.subject, msg.address)
             p.producer_head = msg.sequence if p.producer_head is None else max(p.producer_head, msg.sequence)
+            p.observe(now, msg.sequence)
             if msg.address in self.peers:
                 self.peers[msg.address].roles.add("producer")
         elif isinstance(msg, proto.DirectPartitionsMsg):
@@ -167,9 +180,11 @@ class ClusterModel:
                 p = self._partition(info.subject, info.address)
                 p.store_heads[msg.address] = info.head
                 p.store_tails[msg.address] = info.tail
+                p.observe(now, info.head)
         elif isinstance(msg, proto.DirectHeadMsg):
             p = self._partition(msg.subject, msg.address)
             p.unnamed_head = msg.sequence if p.unnamed_head is None else max(p.unnamed_head, msg.sequence)
+            p.observe(now, msg.sequence)
         elif isinstance(msg, proto.GroupMemberMsg):
             group = self.group(msg.topic)
             if msg.leaving:
@@ -215,17 +230,9 @@ class ClusterModel:
             p.samples.clear()
 
     def tick(self, now: float) -> None:
-        """Sample the heads: rates, and each group's lag."""
-        for p in self.partitions.values():
-            head = p.head
-            if head is None:
-                continue
-            if not p.samples or p.samples[-1][1] != head or now - p.samples[-1][0] > 1.0:
-                p.samples.append((now, head))
-            while len(p.samples) > 2 and now - p.samples[0][0] > RATE_WINDOW:
-                p.samples.popleft()
+        """A point of each chart: the cluster's rate, and each group's lag."""
         # the sum of the partitions' rates: a partition just discovered adds its records, not a burst of them
-        self.rates.append((now, sum(p.rate() for p in self.partitions.values())))
+        self.rates.append((now, sum(p.rate(now) for p in self.partitions.values())))
         for group in self.groups.values():
             group.lag.append((now, sum(row["lag"] or 0 for row in self.group_partitions(group.name))))
 
@@ -258,6 +265,7 @@ class ClusterModel:
                 "filling": len(member.filling) if member else 0,
                 "share": held / len(self.partitions) if self.partitions else 0.0,
                 "topic_bytes": details.get("topic_bytes") or {},
+                "retention_ms": details.get("retention_ms"), "retention_bytes": details.get("retention_bytes"),
             })
         return sorted(rows, key=lambda r: (r["store"], r["address"]))
 
@@ -306,7 +314,7 @@ class ClusterModel:
             "gone": [{"ago": now - when, "address": a, "role": r} for when, a, r in self.gone],
         }
 
-    def topics(self, pattern: str = "", internal: bool = False) -> list[dict[str, Any]]:
+    def topics(self, now: float, pattern: str = "", internal: bool = False) -> list[dict[str, Any]]:
         rows: dict[str, dict[str, Any]] = {}
         needle = pattern.lower()
         bytes_by_topic: dict[str, int] = {}
@@ -324,11 +332,12 @@ class ClusterModel:
                                      "bytes": bytes_by_topic.get(topic)}
             row["partitions"] += 1
             row["records"] += p.records
-            row["rate"] += p.rate()
+            row["rate"] += p.rate(now)
             row["live"] += self.producer_alive(p.address)
         return [rows[t] for t in sorted(rows)]
 
-    def topic(self, name: str) -> list[dict[str, Any]]:
+    def topic(self, name: str, now: float = 0.0) -> list[dict[str, Any]]:
+        """One row a partition of topic ``name`` (rates at ``now``; 0 without it)."""
         readers = {peer.address: (peer.info.get("details") or {}).get("store", "") for peer in self.peers.values()}
         rows = []
         for (topic, address), p in sorted(self.partitions.items()):
@@ -341,7 +350,7 @@ class ClusterModel:
                            for r, h in sorted(p.store_heads.items())]
                 + ([{"reader": "", "store": "a reference store", "head": p.unnamed_head, "tail": None}]
                    if p.unnamed_store() else []),
-                "rate": p.rate(),
+                "rate": p.rate(now),
             })
         return rows
 
