@@ -183,9 +183,10 @@ class Store:
             topics = []
         db = self._db.db
         topic_bytes = {}
-        for topic in topics if db is not None else ():
-            prefix = b"M" + keys.to_bytes(topic) + b"\0"
-            topic_bytes[topic] = db.approximate_size(prefix, keys.prefix_end(prefix))
+        if db is not None:  # (None: the store is stopping)
+            for topic in topics:
+                prefix = keys.RECORD + keys.to_bytes(topic) + b"\0"
+                topic_bytes[topic] = db.approximate_size(prefix, keys.prefix_end(prefix))
         return {"store": self.store_id, "path": self.path, "disk": directory_bytes(self.path), "topic_bytes": topic_bytes,
                 "partitions": len(s.partitions), "records_written": s.records_written,
                 "replicas": self.config["store/replicas"], "rack": self.config["store/rack"],
