@@ -113,10 +113,15 @@ def cluster(tmp_path_factory, pg):
         c.cdc = processes.start([script("dafka"), "cdc", "postgres", "--dsn", pg.dsn("t_console"), "--table", "orders",
                                  "--topic", "shop", "--state-dir", str(tmp), *a.args])
         # the console, on a free port, with the Produce page
-        c.console = processes.start([script("dafka"), "ui", "--port", "0", "--allow-produce", *a.args], text=True)
-        line = c.console.stderr.readline()
-        match = re.search(r"http://127\.0\.0\.1:\d+/", line)
-        assert match, f"the console did not say where it listens: {line!r}"
+        # its log goes to a file (a pipe nobody reads would block it once full), which failures quote
+        c.log = tmp / "console.log"
+        with open(c.log, "wb") as log:
+            c.console = processes.start([script("dafka"), "ui", "--port", "0", "--allow-produce", *a.args],
+                                        stderr=log)
+        wait_for(lambda: re.search(r"http://127\.0\.0\.1:\d+/", c.log.read_text()), timeout=60,
+                 what="the console saying where it listens")
+        match = re.search(r"http://127\.0\.0\.1:\d+/", c.log.read_text())
+        assert match
         c.url = match.group(0)
         c.processes = processes
         wait_for(lambda: heads(a, "orders") and sorted(heads(a, "orders").values()) == [39, 39], timeout=60,
@@ -157,7 +162,8 @@ def page(browser, cluster):
     yield page
     context.close()
     assert not dialogs, f"a page opened a dialog: {dialogs}"
-    assert not [e for e in errors if "EventSource" not in e], f"the pages logged errors: {errors}"
+    assert not [e for e in errors if "EventSource" not in e], \
+        f"the pages logged errors: {errors}; the console's log ends:\n{cluster.log.read_text()[-4000:]}"
 
 
 def shot(page: Page, name: str) -> None:
@@ -340,6 +346,11 @@ def test_a_killed_producer_shows_gone_within_the_beacon_timeout(page, cluster):
 def test_the_console_refuses_bad_flags_and_without_a_page_sends_nothing(cluster):
     bad = subprocess.run([script("dafka"), "ui", "--port", "70000"], capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "--port" in bad.stderr
+    taken = int(cluster.url.rsplit(":", 1)[1].strip("/"))  # the console's own port
+    busy = subprocess.run([script("dafka"), "ui", "--port", str(taken), *cluster.a.args], capture_output=True,
+                          text=True, timeout=60)
+    assert busy.returncode == 1 and "address already in use" in busy.stderr
+    assert f"cannot serve the console on 127.0.0.1:{taken}" in busy.stderr
     with urllib.request.urlopen(cluster.url + "api/rates", timeout=10) as response:
         assert "default-src 'none'" in response.headers["Content-Security-Policy"]
     try:

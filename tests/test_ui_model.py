@@ -7,6 +7,8 @@ import json
 
 import msgpack
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dafka import proto
 from dafka.ui import values
@@ -150,3 +152,45 @@ def test_values_are_rendered_as_the_bytes_say(raw, fmt, shown):
 def test_values_refuse_an_unknown_format():
     with pytest.raises(ValueError, match="unknown format"):
         values.render(b"x", "yaml")
+
+
+# Any body a peer may send (rfc 17: a map of strings to plain values), and bodies shaped like the real ones
+# with values of any type: the model and every template that shows them must neither fail nor let markup through.
+_any = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.floats() | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
+    max_leaves=10)
+_keys = st.sampled_from(["version", "host", "pid", "started", "now", "rss", "cpu", "metrics", "application",
+                         "details", "application_details", "store", "disk", "path", "topic_bytes", "retention_ms",
+                         "rows", "topic", "partition", "lag", "lag_seconds", "tables", "topics", "name", "source"])
+_bodies = st.dictionaries(st.one_of(_keys, st.text(max_size=8)),
+                          st.one_of(_any, st.dictionaries(_keys, _any, max_size=6),
+                                    st.lists(st.dictionaries(_keys, _any, max_size=6), max_size=3)),
+                          max_size=10)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["producer", "store-reader", "consumer", "<b>x</b>"]), _bodies),
+                min_size=1, max_size=4))
+def test_hostile_peer_info_neither_breaks_a_page_nor_reaches_it_as_markup(infos):
+    from dafka.ui.app import Console
+
+    m = model_with_stores()
+    for n, (role, body) in enumerate(infos):
+        m.on_message(proto.PeerInfoMsg(m.address, (P1, P2, R1, R2)[n], role, {**body, "host": "<script>x</script>"}), 1.0)
+    m.on_message(proto.DirectPartitionsMsg(m.address, R1, "", (proto.PartitionInfo("orders", P1, 0, 9),)), 1.0)
+    env = Console(None, allow_produce=False).env  # type: ignore[arg-type]
+    common = {"title": "t", "request_path": "/", "token": "k", "tower": True, "towers": ["tcp://127.0.0.1:1"]}
+    stores = m.stores()
+    pages = [
+        env.get_template("overview.html").render(o=m.overview(2.0), **common),
+        env.get_template("topics.html").render(rows=m.topics(2.0), q="", internal=False, **common),
+        env.get_template("topic.html").render(
+            name="orders", rows=m.topic("orders", 2.0), stores=len(stores), mirrored={},
+            retention=sorted({(s["retention_ms"], s["retention_bytes"]) for s in stores if s["retention_ms"] is not None}),
+            **common),
+        env.get_template("connectors.html").render(mirrors=m.applications("mirror"), cdc=m.applications("cdc"),
+                                                   provenance=[], **common),
+    ]
+    for html in pages:
+        assert "<script>x" not in html and "<b>x</b>" not in html

@@ -20,6 +20,7 @@ import contextlib
 import hmac
 import json
 import logging
+import math
 import secrets
 import time
 from pathlib import Path
@@ -71,7 +72,7 @@ def _size(n: Any) -> str:
 
 
 def _duration(s: Any) -> str:
-    if not isinstance(s, (int, float)):
+    if not isinstance(s, (int, float)) or not math.isfinite(s):
         return "–"
     s = int(s)
     if s < 60:
@@ -84,16 +85,22 @@ def _duration(s: Any) -> str:
 
 
 def _count(n: Any) -> str:
-    return f"{n:,}" if isinstance(n, int) else ("–" if n is None else f"{n:,.0f}")
+    if isinstance(n, bool) or not isinstance(n, (int, float)):
+        return "–" if n is None else str(n)
+    return f"{n:,}" if isinstance(n, int) else f"{n:,.0f}"
 
 
 def _stamp(ms: Any) -> str:
     if not isinstance(ms, int):
         return "–"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d} UTC"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d} UTC"
+    except (OverflowError, OSError, ValueError):  # a stamp no calendar has (a store's, so hostile input)
+        return f"{ms} ms"
 
 
-def _short(address: str) -> str:
+def _short(address: Any) -> str:
+    address = str(address)
     return address[:8] + "…" if len(address) > 12 else address
 
 
@@ -108,7 +115,7 @@ class Console:
         self._producers: dict[str, Any] = {}
         self._provenance_read: tuple[float, dict[tuple[str, str], Provenance]] = (float("-inf"), {})
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
-                                      undefined=jinja2.StrictUndefined)
+                                      undefined=jinja2.ChainableUndefined)
         self.env.filters.update(size=_size, duration=_duration, count=_count, stamp=_stamp, short=_short)
         self.env.globals.update(link=self.link, version=__version__, allow_produce=allow_produce)
         self.app = Starlette(routes=[
@@ -212,7 +219,7 @@ class Console:
         for partition, tail, head in parts:
             at = max(tail, (head or 0) - newest + 1)
             while head is not None and at <= head:
-                answer = await asyncio.wrap_future(self.peer.fetch(topic, partition, at, SEARCH_CHUNK))
+                answer = await self._fetch(topic, partition, at, SEARCH_CHUNK)
                 if not answer["records"]:
                     break
                 out.extend(value for _, value, _ in answer["records"])
@@ -263,7 +270,7 @@ class Console:
             found, searched = await self._search(topic, partition, start, until, search.encode(), count)
             answer = {"records": found, "tail": None, "complete": True}
         else:
-            answer = await asyncio.wrap_future(self.peer.fetch(topic, partition, start, count))
+            answer = await self._fetch(topic, partition, start, count)
         rows = []
         for offset, value, stamp in answer["records"]:
             used, text = values.render(value, fmt)
@@ -275,13 +282,19 @@ class Console:
                           searched=searched, until=q.get("until", ""), moved=answer.get("tail"),
                           complete=answer.get("complete", True))
 
+    async def _fetch(self, topic: str, partition: str, start: int, count: int, timeout: float = 2.0) -> dict[str, Any]:
+        """:meth:`ConsolePeer.fetch`, awaited; never longer than its timeout and a margin (a peer thread that
+        ended answers nothing)."""
+        return await asyncio.wait_for(asyncio.wrap_future(self.peer.fetch(topic, partition, start, count, timeout)),
+                                      timeout + 5.0)
+
     async def _search(self, topic: str, partition: str, start: int, head: int | None, needle: bytes,
                       limit: int) -> tuple[list[tuple[int, bytes, int | None]], int]:
         found: list[tuple[int, bytes, int | None]] = []
         searched = 0
         at = start
         while head is not None and at <= head and searched < SEARCH_LIMIT and len(found) < limit:
-            answer = await asyncio.wrap_future(self.peer.fetch(topic, partition, at, SEARCH_CHUNK, timeout=5.0))
+            answer = await self._fetch(topic, partition, at, SEARCH_CHUNK, timeout=5.0)
             records = answer["records"]
             if not records:
                 break

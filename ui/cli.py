@@ -61,10 +61,13 @@ def ui(port: int, address: str, allow_produce: bool, config_path: str | None, pu
         timeout_graceful_shutdown=2))
     try:
         server.run()
+    except SystemExit:  # uvicorn exits (with its own code) when it cannot listen; it said why
+        pass
     finally:
         watch.cancel()
         peer.stop()
     if not server.started:
+        say(f"cannot serve the console on {address}:{port}")
         sys.exit(EXIT_FAILURE)
 
 

@@ -20,6 +20,7 @@ each partition's rate, and each group's lag over time.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,6 +123,53 @@ class GroupView:
     lag: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=HISTORY))
 
 
+def _number(value: Any) -> float | int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if isinstance(value, int) or math.isfinite(value) else None
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _map(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+_STORE_NUMBERS = ("disk", "partitions", "records_written", "replicas", "retention_ms", "retention_bytes")
+_STORE_TEXTS = ("store", "path", "rack", "writer", "reader")
+_ROW_NUMBERS = ("next", "acked", "source_head", "lag", "lag_seconds")
+_ROW_TEXTS = ("topic", "partition", "phase", "reason")
+_APP_NUMBERS = ("partitions", "copied", "conflicts", "gaps", "changes", "transactions", "snapshot_rows", "confirmed",
+                "lag_bytes", "acked")
+_APP_TEXTS = ("name", "source", "connector", "position")
+
+
+def clean_info(info: dict[str, Any]) -> dict[str, Any]:
+    """A PEER-INFO body with every field the console shows of the type it shows it as (a peer is hostile
+    input, and so may be a newer one): a wrong type reads as absent."""
+    details, app = _map(info.get("details")), _map(info.get("application_details"))
+    rows = app.get("rows")
+    return {
+        **{k: _text(info.get(k)) for k in ("version", "host", "metrics", "application")},
+        **{k: _number(info.get(k)) for k in ("pid", "started", "now", "rss", "cpu")},
+        "details": {
+            **{k: _number(details.get(k)) for k in _STORE_NUMBERS},
+            **{k: _text(details.get(k)) for k in _STORE_TEXTS},
+            "topic_bytes": {str(t): n for t, n in _map(details.get("topic_bytes")).items() if _number(n) is not None},
+        },
+        "application_details": {
+            **{k: _number(app.get(k)) for k in _APP_NUMBERS},
+            **{k: _text(app.get(k)) for k in _APP_TEXTS},
+            "tables": [t for t in app.get("tables") or () if isinstance(t, str)] if isinstance(app.get("tables"), list) else [],
+            "topics": [t for t in app.get("topics") or () if isinstance(t, str)] if isinstance(app.get("topics"), list) else [],
+            "rows": [{**{k: _number(r.get(k)) for k in _ROW_NUMBERS}, **{k: _text(r.get(k)) for k in _ROW_TEXTS}}
+                     for r in (rows if isinstance(rows, list) else ()) if isinstance(r, dict)],
+        } if app else {},
+    }
+
+
 class ClusterModel:
     def __init__(self, address: str) -> None:
         self.address = address  # the console's own
@@ -211,7 +259,7 @@ class ClusterModel:
         if (isinstance(before, (int, float)) and isinstance(then, (int, float)) and isinstance(cpu, (int, float))
                 and isinstance(wall, (int, float)) and wall > then):
             peer.cpu_rate = max(0.0, (cpu - before) / (wall - then))
-        peer.info, peer.info_role, peer.info_at = msg.info, msg.role, now
+        peer.info, peer.info_role, peer.info_at = clean_info(msg.info), msg.role, now
 
     def group(self, name: str) -> GroupView:
         group = self.groups.get(name)
@@ -260,7 +308,7 @@ class ClusterModel:
             rows.append({
                 "address": peer.address, "store": details.get("store", ""), "host": peer.info.get("host", ""),
                 "disk": details.get("disk"), "partitions": held, "path": details.get("path", ""),
-                "replicas": member.replicas if member else details.get("replicas", 0),
+                "replicas": member.replicas if member else (details.get("replicas") or 0),
                 "rack": member.rack if member else details.get("rack", ""),
                 "filling": len(member.filling) if member else 0,
                 "share": held / len(self.partitions) if self.partitions else 0.0,
@@ -290,8 +338,8 @@ class ClusterModel:
         peers = []
         for peer in sorted(self.peers.values(), key=lambda p: (p.application or p.role, p.address)):
             info = peer.info
-            started = info.get("started")
-            uptime = info.get("now", 0) - started if isinstance(started, (int, float)) else None
+            started, then = info.get("started"), info.get("now")
+            uptime = then - started if started is not None and then is not None else None
             peers.append({
                 "address": peer.address, "endpoint": peer.endpoint, "role": peer.role,
                 "application": peer.application, "version": info.get("version", ""),

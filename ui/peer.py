@@ -180,7 +180,13 @@ class ConsolePeer:
         producer): a future of ``{"records": [(offset, value, unix_ms or None)], "tail": oldest kept or None,
         "head": head}``."""
         future: Future[dict[str, Any]] = Future()
-        self.call(lambda: self._start_fetch(topic, partition, start, count, timeout, future))
+
+        def begin() -> None:
+            try:
+                self._start_fetch(topic, partition, start, count, timeout, future)
+            except Exception as exc:  # noqa: BLE001 - a name the wire cannot carry: the caller's error
+                future.set_exception(exc)
+        self.call(begin)
         return future
 
     def follow(self, tail: Tail) -> None:
