@@ -30,8 +30,8 @@ import re
 import sys
 from array import array
 from dataclasses import dataclass
-from itertools import accumulate
-from typing import Sequence, Union
+from itertools import accumulate, compress
+from typing import ClassVar, Sequence, Union
 
 import msgpack
 
@@ -71,6 +71,12 @@ STORE_MEMBER = b"Y"
 # sent once to each requester that subscribes ``I<own address>`` (``dafka ui``).
 PEER_INFO = b"I"
 MAX_PEER_INFO = 65536  # bytes of a PEER-INFO's body at most
+# ...and records with keys (rfc section 18): RECORDS and DIRECT-RECORDS with two more frames, the keys' lengths
+# and the keys, for the dafka-py consumers and stores that subscribe ``Q<topic>`` NUL or ``Q`` (in place of
+# ``S``) and requesters that subscribe ``V<own address>`` NUL (beside ``R``).
+KEYED_RECORDS = b"Q"
+DIRECT_KEYED_RECORDS = b"V"
+NO_KEY = 2**32 - 1  # a key length that says the record has no key (None), unlike an empty key (b"")
 
 # Tower / beacon frames.
 BEACON = b"B"
@@ -237,16 +243,45 @@ class DirectRecordsMsg:
     lengths: bytes
     contents: bytes
     stamps: tuple[tuple[int, int], ...] = ()
+    # The keyed kinds' frames 4 and 5 (rfc section 18): each key's length as a u32, little-endian, NO_KEY for
+    # a record without one, and the keys back to back; both empty when no record has a key.  Always empty in
+    # RECORDS and DIRECT-RECORDS.
+    key_lengths: bytes = b""
+    keys: bytes = b""
+
+    live: ClassVar[bool] = False  # sent live to the topic (RECORDS), not to a requester
+    keyed: ClassVar[bool] = False  # has the frames of keys
 
     @property
     def count(self) -> int:
         return len(self.lengths) // 4
+
+    def key_list(self) -> list[bytes | None] | None:
+        """Each record's key (None: it has none), or None when no record has one."""
+        return split_keys(self.key_lengths, self.keys) if self.key_lengths else None
 
 
 @dataclass(frozen=True, slots=True)
 class RecordsMsg(DirectRecordsMsg):
     """RECORDS (extension): records of a producer published live in one
     message, laid out as DIRECT-RECORDS.  topic = topic name; no stamps."""
+
+    live: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class DirectKeyedRecordsMsg(DirectRecordsMsg):
+    """DIRECT-KEYED-RECORDS (extension, rfc section 18): a DIRECT-RECORDS with the records' keys."""
+
+    keyed: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedRecordsMsg(DirectRecordsMsg):
+    """KEYED-RECORDS (extension, rfc section 18): a RECORDS with the records' keys."""
+
+    live: ClassVar[bool] = True
+    keyed: ClassVar[bool] = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +389,8 @@ Message = Union[
     GroupMemberMsg,
     StoreMemberMsg,
     PeerInfoMsg,
+    KeyedRecordsMsg,
+    DirectKeyedRecordsMsg,
 ]
 
 MESSAGE_IDS: dict[type, bytes] = {
@@ -373,6 +410,8 @@ MESSAGE_IDS: dict[type, bytes] = {
     GroupMemberMsg: GROUP_MEMBER,
     StoreMemberMsg: STORE_MEMBER,
     PeerInfoMsg: PEER_INFO,
+    KeyedRecordsMsg: KEYED_RECORDS,
+    DirectKeyedRecordsMsg: DIRECT_KEYED_RECORDS,
 }
 
 
@@ -509,6 +548,12 @@ def encode(msg: Message) -> list[bytes]:
             + _u32(count, "count")
             + encode_stamps(msg.stamps)
         )
+        if msg.keyed:
+            _check_keys(msg.key_lengths, msg.keys, count, ValueError)
+            return [frame, bytes(msg.lengths), bytes(msg.contents), bytes(msg.key_lengths), bytes(msg.keys)]
+        if msg.key_lengths or msg.keys:
+            raise ValueError(f"{_NAMES[MESSAGE_IDS[kind]]} carries no keys: send {_NAMES[MESSAGE_IDS[kind]][:-7]}"
+                             "KEYED-RECORDS")
         return [frame, bytes(msg.lengths), bytes(msg.contents)]
     if isinstance(msg, DirectPartitionsMsg):
         parts = [
@@ -560,6 +605,39 @@ def pack_contents(values: Sequence[bytes]) -> tuple[bytes, bytes]:
     if _SWAP:
         lengths.byteswap()
     return lengths.tobytes(), b"".join(values)
+
+
+def pack_keys(keys: Sequence[bytes | None]) -> tuple[bytes, bytes]:
+    """Frames 4 and 5 of a KEYED-RECORDS or DIRECT-KEYED-RECORDS carrying ``keys`` (None: no key); both
+    empty when no record has a key."""
+    if not any(key is not None for key in keys):
+        return b"", b""
+    lengths = array(_U32, (NO_KEY if key is None else len(key) for key in keys))
+    if _SWAP:
+        lengths.byteswap()
+    return lengths.tobytes(), b"".join(key for key in keys if key is not None)
+
+
+def split_keys(lengths: bytes, keys: bytes) -> list[bytes | None]:
+    """The keys of a decoded keyed message (None: the record has none), from its frames 4 and 5 (not empty)."""
+    sizes = _lengths(lengths)
+    if NO_KEY not in sizes:
+        return list(split_contents(lengths, keys))
+    present = [size != NO_KEY for size in sizes]
+    real = list(compress(sizes, present))
+    found = iter(map(keys.__getitem__, map(slice, accumulate(real, initial=0), accumulate(real))))
+    return [next(found) if has else None for has in present]
+
+
+def _check_keys(lengths: bytes, keys: bytes, count: int, error: type[Exception]) -> None:
+    if not lengths:
+        if keys:
+            raise error("keys without their lengths")
+        return
+    if len(lengths) != 4 * count:
+        raise error(f"{count} records with {len(lengths)} bytes of key lengths")
+    if sum(size for size in _lengths(lengths) if size != NO_KEY) != len(keys):
+        raise error("key lengths do not add up to the keys")
 
 
 def split_contents(lengths: bytes, contents: bytes) -> list[bytes]:
@@ -619,7 +697,11 @@ class _Reader:
 _HEAD_LIKE: dict[bytes, type[HeadMsg | DirectHeadMsg | DirectTailMsg]] = {
     HEAD: HeadMsg, DIRECT_HEAD: DirectHeadMsg, DIRECT_TAIL: DirectTailMsg}
 _TWO_FRAMES = frozenset((RECORD, DIRECT_RECORD))
-_FRAMES = {RECORD: 2, DIRECT_RECORD: 2, DIRECT_RECORDS: 3, RECORDS: 3, PEER_INFO: 2}
+_FRAMES = {RECORD: 2, DIRECT_RECORD: 2, DIRECT_RECORDS: 3, RECORDS: 3, PEER_INFO: 2, KEYED_RECORDS: 5,
+           DIRECT_KEYED_RECORDS: 5}
+_RECORDS_KINDS: dict[bytes, type[DirectRecordsMsg]] = {
+    DIRECT_RECORDS: DirectRecordsMsg, RECORDS: RecordsMsg, KEYED_RECORDS: KeyedRecordsMsg,
+    DIRECT_KEYED_RECORDS: DirectKeyedRecordsMsg}
 _KNOWN_IDS = frozenset(MESSAGE_IDS.values())
 
 
@@ -660,8 +742,8 @@ def decode(frames: Sequence[bytes]) -> Message:
                 raise MalformedMessage("content frame is not bytes") from None
         cls = RecordMsg if msg_id == RECORD else DirectRecordMsg
         return cls(topic, address, subject, seq, content)
-    if msg_id == DIRECT_RECORDS or msg_id == RECORDS:
-        return _decode_records(RecordsMsg if msg_id == RECORDS else DirectRecordsMsg, r, topic, frames)
+    if msg_id in _RECORDS_KINDS:
+        return _decode_records(_RECORDS_KINDS[msg_id], r, topic, frames)
     if msg_id == DIRECT_PARTITIONS:
         address = r.string("address")
         subject = r.string("subject")
@@ -737,7 +819,16 @@ def _decode_records(cls: type[DirectRecordsMsg], r: _Reader, topic: str, frames:
         raise MalformedMessage(f"DIRECT-RECORDS of {count} records has {len(lengths)} bytes of lengths")
     if sum(_lengths(lengths)) != len(contents):
         raise MalformedMessage("DIRECT-RECORDS lengths do not add up to its contents")
-    return cls(topic, address, subject, seq, lengths, contents, stamps)
+    if not cls.keyed:
+        return cls(topic, address, subject, seq, lengths, contents, stamps)
+    key_lengths, keys = frames[3], frames[4]
+    if not (isinstance(key_lengths, bytes) and isinstance(keys, bytes)):
+        try:
+            key_lengths, keys = bytes(key_lengths), bytes(keys)
+        except TypeError:
+            raise MalformedMessage("KEYED-RECORDS frame is not bytes") from None
+    _check_keys(key_lengths, keys, count, MalformedMessage)
+    return cls(topic, address, subject, seq, lengths, contents, stamps, key_lengths, keys)
 
 
 def _leaving_flag(r: _Reader, name: str) -> bool:
@@ -819,6 +910,8 @@ _NAMES = {
     GROUP_MEMBER: "GROUP-MEMBER",
     STORE_MEMBER: "STORE-MEMBER",
     PEER_INFO: "PEER-INFO",
+    KEYED_RECORDS: "KEYED-RECORDS",
+    DIRECT_KEYED_RECORDS: "DIRECT-KEYED-RECORDS",
 }
 
 
