@@ -5,9 +5,10 @@
   escapes ``\\n \\t \\r \\\\``; like kcat, nothing is added at the end, so
   end the format with ``\\n`` for one line per record;
 * ``--json``: one JSON object per line: topic, partition, offset, timestamp
-  (null: the protocol carries none), value and ``value_encoding`` saying how
-  ``value`` is written (``utf-8`` text, ``base64`` of bytes that are not
-  UTF-8, or ``msgpack``: the decoded value as JSON).
+  (null: the protocol carries none), key and ``key_encoding`` (both null for
+  a record without a key), value and ``value_encoding`` saying how ``value``
+  is written (``utf-8`` text, ``base64`` of bytes that are not UTF-8, or
+  ``msgpack``: the decoded value as JSON; a key is never msgpack-decoded).
 """
 
 from __future__ import annotations
@@ -127,9 +128,10 @@ class Printer:
                 out.append(str(record.offset).encode())
             elif part == "T":
                 out.append(str(TIMESTAMP_UNKNOWN).encode())
+            elif part == "k":
+                out.append(record.key or b"")  # kcat: nothing for a record without a key
             elif part == "K":
-                out.append(b"-1")
-            # "k": records have no key: nothing
+                out.append(b"-1" if record.key is None else str(len(record.key)).encode())
         return b"".join(out)
 
     def _json(self, record: Record) -> bytes:
@@ -138,7 +140,11 @@ class Printer:
             "partition": record.partition,
             "offset": record.offset,
             "timestamp": None,
+            "key": None,
+            "key_encoding": None,
         }
+        if record.key is not None:
+            obj["key"], obj["key_encoding"] = _text_or_base64(record.key)
         value = record.value
         if self.value_format == "msgpack":
             try:
@@ -148,13 +154,16 @@ class Printer:
             except ValueError as exc:
                 if self.on_bad_value is not None:
                     self.on_bad_value(record, str(exc))
-        try:
-            obj["value"] = value.decode("utf-8")
-            obj["value_encoding"] = "utf-8"
-        except UnicodeDecodeError:
-            obj["value"] = base64.b64encode(value).decode("ascii")
-            obj["value_encoding"] = "base64"
+        obj["value"], obj["value_encoding"] = _text_or_base64(value)
         return (dumps(obj) + "\n").encode("utf-8")
+
+
+def _text_or_base64(raw: bytes) -> tuple[str, str]:
+    """Bytes for JSON, and how they are written: ``utf-8`` text, or ``base64`` when they are not UTF-8."""
+    try:
+        return raw.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        return base64.b64encode(raw).decode("ascii"), "base64"
 
 
 _TOKENS = frozenset("tposSTkK")

@@ -95,6 +95,9 @@ class _Progress:
               help="Read records from this file instead of stdin (a progress bar shows on a terminal).")
 @click.option("--value-format", type=click.Choice(["raw", "msgpack"]), default="raw", show_default=True,
               help="msgpack: each line is a JSON document, sent packed as msgpack.")
+@click.option("-K", "--key-delimiter", metavar="DELIM",
+              help="kcat's -K: each line is KEY DELIM VALUE, split at the first DELIM (\\t: a tab); a line "
+                   "without it is a value with no key.")
 @click.option("--min-acks", type=click.IntRange(min=0), metavar="N",
               help="Stores that must ack each record (producer/min_acks, default 1); 0 = no store needed.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary on stderr.")
@@ -105,8 +108,9 @@ class _Progress:
 )
 @exit_on_interrupt
 def main(topics: tuple[str, ...], topic_opt: str | None, path: str | None, value_format: str,
-         min_acks: int | None, quiet: bool, config_path: str | None, pub: str | None, sub: str | None,
-         sets: list, verbose: bool, tower_timeout_ms: int, metrics_port: int | None, metrics_address: str) -> None:
+         key_delimiter: str | None, min_acks: int | None, quiet: bool, config_path: str | None, pub: str | None,
+         sub: str | None, sets: list, verbose: bool, tower_timeout_ms: int, metrics_port: int | None,
+         metrics_address: str) -> None:
     """Send each line of stdin (or --file) to TOPIC as one record; at EOF
     wait for the stores' acks (bounded by producer/close_timeout) and exit.
 
@@ -115,6 +119,7 @@ def main(topics: tuple[str, ...], topic_opt: str | None, path: str | None, value
       printf 'A first event\\nA second event\\n' | dafka_console_producer hello
       dafka_console_producer hello --file events.txt --min-acks 2
       echo '{"temp": 21.5}' | dafka_console_producer weather --value-format msgpack
+      echo 'sku-42:{"price": 9.5}' | dafka_console_producer prices -K:
     """
     names = [*topics, *([topic_opt] if topic_opt else [])]
     if not names:
@@ -122,6 +127,11 @@ def main(topics: tuple[str, ...], topic_opt: str | None, path: str | None, value
     if len(set(names)) > 1:
         raise click.UsageError(f"one topic per producer, got {', '.join(names)}.")
     topic = names[0]
+    delimiter = None
+    if key_delimiter is not None:
+        delimiter = key_delimiter.replace("\\t", "\t").encode("utf-8", "surrogateescape")
+        if not delimiter:
+            raise click.BadParameter("the key delimiter is empty", param_hint="'-K' / '--key-delimiter'")
     config = load_config(
         config_path, sets,
         {"beacon/pub_address": ("--pub", pub), "beacon/sub_address": ("--sub", sub),
@@ -131,12 +141,12 @@ def main(topics: tuple[str, ...], topic_opt: str | None, path: str | None, value
     setup_logging(verbose or bool(config["producer/verbose"]))
     raise_on_signals()
     collector = serve_metrics(metrics_port, metrics_address)
-    code = _produce(topic, config, path, value_format, quiet, tower_timeout_ms, collector)
+    code = _produce(topic, config, path, value_format, delimiter, quiet, tower_timeout_ms, collector)
     if code:
         sys.exit(code)
 
 
-def _produce(topic, config, path, value_format, quiet, tower_timeout_ms, collector) -> int:
+def _produce(topic, config, path, value_format, delimiter, quiet, tower_timeout_ms, collector) -> int:
     try:
         producer = Producer(topic, config)
         if collector is not None:
@@ -161,6 +171,9 @@ def _produce(topic, config, path, value_format, quiet, tower_timeout_ms, collect
             for lineno, line in enumerate(_lines(stream, limit), 1):
                 progress.update(len(line))
                 value = line.rstrip(b"\r\n")
+                key = None
+                if delimiter is not None and delimiter in value:
+                    key, value = value.split(delimiter, 1)
                 if value_format == "msgpack":
                     if not value.strip():
                         continue
@@ -171,7 +184,7 @@ def _produce(topic, config, path, value_format, quiet, tower_timeout_ms, collect
                         code = EXIT_FAILURE
                         break
                 try:
-                    producer.send(value)
+                    producer.send(value, key=key)
                 except RecordTooLarge as exc:
                     problem = f"line {lineno}: {exc}; stopped reading"
                     code = EXIT_FAILURE

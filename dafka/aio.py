@@ -126,6 +126,7 @@ class AsyncConsumer(Generic[V]):
         config: ConfigLike = None,
         address: str | None = None,
         value_deserializer: Callable[[bytes], V] | None = None,
+        key_deserializer: Callable[[bytes], Any] | None = None,
         offsets_path: str | None = None,
         ctx: zmq.Context[Any] | None = None,
         group: str | None = None,
@@ -135,12 +136,13 @@ class AsyncConsumer(Generic[V]):
         enable_auto_commit: bool | None = None,
         auto_commit_interval_ms: int | None = None,
     ) -> None:
-        self._consumer: Consumer[V] = Consumer(*topics, config=config, address=address, value_deserializer=value_deserializer,
-                                  offsets_path=offsets_path, ctx=ctx, group=group, listener=listener,
-                                  on_assign=on_assign, on_revoke=on_revoke, enable_auto_commit=enable_auto_commit,
-                                  auto_commit_interval_ms=auto_commit_interval_ms)
+        self._consumer: Consumer[V] = Consumer(
+            *topics, config=config, address=address, value_deserializer=value_deserializer,
+            key_deserializer=key_deserializer, offsets_path=offsets_path, ctx=ctx, group=group, listener=listener,
+            on_assign=on_assign, on_revoke=on_revoke, enable_auto_commit=enable_auto_commit,
+            auto_commit_interval_ms=auto_commit_interval_ms)
         # async for takes records straight off the ready queue while nothing is to be done per record.
-        self._fast = value_deserializer is None and offsets_path is None and group is None
+        self._fast = value_deserializer is None and key_deserializer is None and offsets_path is None and group is None
         self._state = self._consumer._state
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sockets: list[zmq.Socket[Any]] = []
@@ -438,21 +440,23 @@ class AsyncProducer(Generic[V]):
     of unacked records makes :meth:`send` wait, in order of the calls, up to
     ``producer/send_timeout`` and then raise :class:`BufferFull`.
 
-    Unlike aiokafka: records have no key or partition argument (a producer is
-    one partition); the producer starts in the constructor; the future is
-    created lazily (:class:`SendFuture`)."""
+    Unlike aiokafka: records have no partition argument (a producer is one
+    partition); the producer starts in the constructor; the future is created
+    lazily (:class:`SendFuture`)."""
 
     # Typed as AsyncProducer[bytes] without a value_serializer, else AsyncProducer[what it takes].
     @overload
     def __init__(
         self: AsyncProducer[bytes], topic: str, config: ConfigLike = None, *, address: str | None = None,
         value_serializer: None = None, ctx: zmq.Context[Any] | None = None, resume: bool = False,
+        key_serializer: Callable[[Any], bytes] | None = None,
     ) -> None: ...
 
     @overload
     def __init__(
         self: AsyncProducer[V], topic: str, config: ConfigLike = None, *, address: str | None = None,
         value_serializer: Callable[[V], bytes], ctx: zmq.Context[Any] | None = None, resume: bool = False,
+        key_serializer: Callable[[Any], bytes] | None = None,
     ) -> None: ...
 
     def __init__(
@@ -464,10 +468,12 @@ class AsyncProducer(Generic[V]):
         value_serializer: Callable[[V], bytes] | None = None,
         ctx: zmq.Context[Any] | None = None,
         resume: bool = False,
+        key_serializer: Callable[[Any], bytes] | None = None,
     ) -> None:
-        # The serializer runs here, once per record, even when send waits for room and tries again.
+        # The value serializer runs here, once per record, even when send waits for room and tries again.
         # (With resume=True the constructor waits for the stores' heads, as the sync Producer's does.)
-        self._producer = Producer(topic, config, address=address, ctx=ctx, resume=resume)
+        self._producer = Producer(topic, config, address=address, ctx=ctx, resume=resume,
+                                  key_serializer=key_serializer)
         self.value_serializer = value_serializer
         self._loop: asyncio.AbstractEventLoop | None = None
         # The asyncio Futures of unacked records that someone asked for, by offset (a heap).
@@ -545,9 +551,10 @@ class AsyncProducer(Generic[V]):
 
     # -- sending ----------------------------------------------------------------
 
-    async def send(self, value: V) -> SendFuture:
-        """Publish one record; returns its :class:`SendFuture`, done once
-        ``producer/min_acks`` stores have ACKed it (at once with 0).  Raises
+    async def send(self, value: V, key: Any = None) -> SendFuture:
+        """Publish one record (with ``key``, as :meth:`dafka.Producer.send`);
+        returns its :class:`SendFuture`, done once ``producer/min_acks``
+        stores have ACKed it (at once with 0).  Raises
         :class:`RecordTooLarge`, :class:`BufferFull` and :class:`Closed` as
         the sync ``send`` does.  Cancelled while it waits for room, it has
         sent nothing."""
@@ -558,15 +565,15 @@ class AsyncProducer(Generic[V]):
         else:
             raw = value  # type: ignore[assignment]  # an AsyncProducer[bytes]: bytes (the producer checks)
         if self._waiting_for_room:
-            return SendFuture(self, await self._send_when_room(raw))
+            return SendFuture(self, await self._send_when_room(raw, key))
         try:
-            return SendFuture(self, self._producer.send(raw, timeout=0).offset)
+            return SendFuture(self, self._producer.send(raw, key=key, timeout=0).offset)
         except BufferFull:
-            return SendFuture(self, await self._send_when_room(raw))
+            return SendFuture(self, await self._send_when_room(raw, key))
 
-    async def send_and_wait(self, value: V) -> RecordMetadata:
+    async def send_and_wait(self, value: V, key: Any = None) -> RecordMetadata:
         """Publish one record and wait until ``producer/min_acks`` stores have ACKed it."""
-        return await (await self.send(value))
+        return await (await self.send(value, key))
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every record sent so far is acked by ``producer/min_acks``
@@ -585,7 +592,7 @@ class AsyncProducer(Generic[V]):
             await self._wakeup.wait(remaining)
         self._resolve()  # every future of a record sent before the flush is done when it returns
 
-    async def _send_when_room(self, value: bytes) -> int:
+    async def _send_when_room(self, value: bytes, key: Any) -> int:
         """Wait for room (behind the sends already waiting), then publish;
         returns the record's offset.  :class:`BufferFull` after ``producer/send_timeout``."""
         producer = self._producer
@@ -596,7 +603,7 @@ class AsyncProducer(Generic[V]):
             async with self._room:
                 while True:
                     try:
-                        return producer.send(value, timeout=0).offset
+                        return producer.send(value, key=key, timeout=0).offset
                     except BufferFull:
                         remaining = deadline - time.monotonic()
                         if remaining <= 0:

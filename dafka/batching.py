@@ -18,6 +18,14 @@ seconds before (a burst).  In a burst, records wait in the batch until it
 holds :data:`MAX_RECORDS` records or :data:`MAX_BYTES` bytes, or until the
 burst pauses: the producer's loop sends what waits :data:`LINGER` seconds
 after the first record that waited.
+
+Since 0.3, records may have keys (rfc section 18).  dafka-py consumers and store
+writers then subscribe to KEYED-RECORDS (``Q<topic>`` NUL, ``Q``) in place of
+RECORDS: the same batches with two more frames, the keys.  A producer sends
+each batch as KEYED-RECORDS while somebody subscribed ``Q``, as RECORDS while
+somebody subscribed ``S`` (a dafka-py 0.2 peer, which gets the values without
+their keys), and as RECORDs while a prefix is subscribed more often with ``M``
+than with ``S`` and ``Q`` together: each peer gets each record once.
 """
 
 from __future__ import annotations
@@ -36,12 +44,15 @@ BURST_RECORDS = 65_536
 BURST_BYTES = 256 * 1024
 
 
+LIVE_BATCHES = proto.KEYED_RECORDS  # the batches a dafka-py consumer or store writer subscribes to
+
+
 def consumer_subscriptions(topic: str) -> list[bytes]:
-    """What a dafka-py consumer adds to its ``M<topic>`` NUL to read batches."""
-    return [proto.subscription(proto.RECORDS, topic, exact=True)]
+    """What a dafka-py consumer adds to its ``M<topic>`` NUL to read batches (with their keys)."""
+    return [proto.subscription(LIVE_BATCHES, topic, exact=True)]
 
 
-WRITER_SUBSCRIPTION = proto.subscription(proto.RECORDS)  # a store writer's: every topic, as with ``M``
+WRITER_SUBSCRIPTION = proto.subscription(LIVE_BATCHES)  # a store writer's: every topic, as with ``M``
 
 
 class Audience:
@@ -51,28 +62,34 @@ class Audience:
     included).
 
     Subscriptions are counted per prefix, not per subscriber: a dafka-py
-    consumer subscribes both ``M<topic>`` NUL and ``S<topic>`` NUL, so
-    somebody needs RECORDs when a prefix that matches them is subscribed more
-    often than the same prefix with ``S``, or when somebody subscribed to
-    everything (an observer)."""
+    consumer subscribes both ``M<topic>`` NUL and ``Q<topic>`` NUL (0.2:
+    ``S<topic>`` NUL), so somebody needs RECORDs when a prefix that matches
+    them is subscribed more often than the same prefix with ``S`` and ``Q``
+    together, or when somebody subscribed to everything (an observer)."""
 
     def __init__(self, topic: str, address: str) -> None:
-        self._record = proto.record_prefix(proto.RECORD, topic, address, topic)
-        self._records = proto.record_prefix(proto.RECORDS, topic, address, topic)
+        self._ours = tuple(proto.record_prefix(msg_id, topic, address, topic)
+                           for msg_id in (proto.RECORD, proto.RECORDS, proto.KEYED_RECORDS))
         self._counts: Counter[bytes] = Counter()
         self.records = False  # somebody needs RECORDs
-        self.batches = False  # somebody reads RECORDS
+        self.batches = False  # somebody reads batches, of either kind
+        self.plain = False  # somebody reads RECORDS (a dafka-py 0.2 peer)
+        self.keyed = False  # somebody reads KEYED-RECORDS
 
     def on_subscription(self, sub: proto.Subscription) -> bool:
         """Count one (un)subscription; True if it was about our records."""
         raw = proto.subscription_prefix(sub)
-        if sub.msg_id and not (self._record.startswith(raw) or self._records.startswith(raw)):
+        if sub.msg_id and not any(ours.startswith(raw) for ours in self._ours):
             return False
         self._counts[raw] += 1 if sub.subscribe else -1
         if self._counts[raw] <= 0:
             del self._counts[raw]
         counts = self._counts
-        self.batches = any(p[:1] == proto.RECORDS for p in counts)
+        self.plain = any(p[:1] == proto.RECORDS for p in counts)
+        self.keyed = any(p[:1] == proto.KEYED_RECORDS for p in counts)
+        self.batches = self.plain or self.keyed
         self.records = b"" in counts or any(
-            p[:1] == proto.RECORD and counts[p] > counts.get(proto.RECORDS + p[1:], 0) for p in counts)
+            p[:1] == proto.RECORD
+            and counts[p] > counts.get(proto.RECORDS + p[1:], 0) + counts.get(proto.KEYED_RECORDS + p[1:], 0)
+            for p in counts)
         return True

@@ -23,10 +23,14 @@ FIRST_COUNT = 256  # records in an answer's first message, before their size is 
 MAX_COUNT = 65_536  # records per message at most, however small they are
 
 
-def subscriptions(address: str) -> list[bytes]:
-    """The SUB prefixes with which a requester announces that it reads bulk answers."""
-    return [proto.subscription(proto.DIRECT_RECORDS, address, exact=True),
-            proto.subscription(proto.DIRECT_PARTITIONS, address, exact=True)]
+def subscriptions(address: str, keys: bool = False) -> list[bytes]:
+    """The SUB prefixes with which a requester announces that it reads bulk answers (with ``keys``, also
+    DIRECT-KEYED-RECORDS, rfc section 18, which answering peers then send in place of DIRECT-RECORDS)."""
+    prefixes = [proto.subscription(proto.DIRECT_RECORDS, address, exact=True),
+                proto.subscription(proto.DIRECT_PARTITIONS, address, exact=True)]
+    if keys:
+        prefixes.append(proto.subscription(proto.DIRECT_KEYED_RECORDS, address, exact=True))
+    return prefixes
 
 
 def next_count(count: int, nbytes: int) -> int:
@@ -44,6 +48,7 @@ class Negotiated:
     def __init__(self) -> None:
         self.records: set[str] = set()  # subscribed R<requester>: DIRECT-RECORDS
         self.partitions: set[str] = set()  # subscribed P<requester>: DIRECT-PARTITIONS
+        self.keyed: set[str] = set()  # subscribed V<requester>: DIRECT-KEYED-RECORDS in place of DIRECT-RECORDS
 
     def on_subscription(self, sub: proto.Subscription) -> bool:
         """Take a subscription frame into account; True if it was about bulk answers."""
@@ -51,6 +56,8 @@ class Negotiated:
             which = self.records
         elif sub.msg_id == proto.DIRECT_PARTITIONS:
             which = self.partitions
+        elif sub.msg_id == proto.DIRECT_KEYED_RECORDS:
+            which = self.keyed
         else:
             return False
         if sub.topic:

@@ -24,7 +24,7 @@ from .loop import Loop, Timer
 from .membership import Callback, ConsumerRebalanceListener, Membership
 from .offsets import OffsetJournal
 from .peer import ConfigLike, DataSocket, PeerLinks, as_config, drain_records, new_address, queue_messages
-from .records import Record, TopicPartition
+from .records import Record, TopicPartition, deserialized
 
 V = TypeVar("V")  # a record's value: bytes, or what the value_deserializer returns
 
@@ -35,6 +35,7 @@ class ConsumerOptions(TypedDict, total=False):
 
     config: ConfigLike
     address: str | None
+    key_deserializer: Callable[[bytes], Any] | None
     offsets_path: str | None
     ctx: zmq.Context[Any] | None
     group: str | None
@@ -89,6 +90,7 @@ class Consumer(Generic[V]):
         config: ConfigLike = None,
         address: str | None = None,
         value_deserializer: Callable[[bytes], V] | None = None,
+        key_deserializer: Callable[[bytes], Any] | None = None,
         offsets_path: str | None = None,
         ctx: zmq.Context[Any] | None = None,
         group: str | None = None,
@@ -102,6 +104,8 @@ class Consumer(Generic[V]):
         c = self.config
         self.address = address or new_address()
         self.value_deserializer = value_deserializer
+        self.key_deserializer = key_deserializer
+        self._plain = value_deserializer is None and key_deserializer is None  # records go out as they come
         self._ctx = ctx or zmq.Context.instance()
         self._group = None
         if group is not None:
@@ -228,10 +232,10 @@ class Consumer(Generic[V]):
                     return None
             raw = ready.popleft()
             record: Record[V]
-            if self.value_deserializer is not None:
-                record = Record(raw.topic, raw.partition, raw.offset, self.value_deserializer(raw.value))
-            else:
+            if self._plain:
                 record = raw  # type: ignore[assignment]  # a Consumer[bytes]
+            else:
+                record = deserialized(raw, self.value_deserializer, self.key_deserializer)
             if self._journal is not None:
                 self._last = [record]
             return record
@@ -294,11 +298,15 @@ class Consumer(Generic[V]):
             popleft = ready.popleft
             records = [popleft() for _ in range(max_records)]
         out: list[Record[V]]
-        if self.value_deserializer is not None:
-            decode = self.value_deserializer
-            out = [Record(r.topic, r.partition, r.offset, decode(r.value)) for r in records]
-        else:
+        if self._plain:
             out = records  # type: ignore[assignment]  # a Consumer[bytes]
+        elif self.key_deserializer is None:
+            decode = self.value_deserializer
+            assert decode is not None
+            out = [Record(r.topic, r.partition, r.offset, decode(r.value)) if r.key is None
+                   else deserialized(r, decode, None) for r in records]
+        else:
+            out = [deserialized(r, self.value_deserializer, self.key_deserializer) for r in records]
         if self._journal is not None:
             self._last = out
         return out

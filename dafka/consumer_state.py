@@ -18,13 +18,15 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Iterable
+from itertools import repeat
+from typing import Any
 
 from . import batching, proto
 from . import bulk as bulk_answers
 from .group import GroupState
 from .inflight import fetch_window, mean_size
 from .intake import RecordIntake
-from .records import Record, make_record, records
+from .records import Record, keyed_record, keyed_records, make_record, records
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ class Partition:
         self.address = address
         self.next = next_offset  # the next sequence to deliver
         self.head = next_offset - 1  # the highest sequence known to exist
-        self.pending: dict[int, bytes] = {}  # out-of-order records, bounded
+        self.pending: dict[int, Any] = {}  # out-of-order records (a keyed one: (value, key)), bounded
         self.fetch_seq = -1  # sequence the last FETCH started at
         self.fetch_end = -1  # sequence after the last FETCH's range
         self.fetched_at = float("-inf")
@@ -151,7 +153,7 @@ class ConsumerState(RecordIntake):
         ]
         if self.group is not None:
             prefixes.append(proto.subscription(proto.GROUP_MEMBER, self.group.group, exact=True))
-        return prefixes + bulk_answers.subscriptions(self.address) if self.bulk else prefixes
+        return prefixes + bulk_answers.subscriptions(self.address, keys=True) if self.bulk else prefixes
 
     def _asks_heads(self, topic: str) -> bool:
         """Whether stores should tell us ``topic``'s heads: always from the
@@ -268,8 +270,8 @@ class ConsumerState(RecordIntake):
         return self.group is not None and topic not in self.sinks
 
     def _partition_subscriptions(self, topic: str, address: str) -> list[bytes]:
-        """The SUB prefixes of one partition's live records (RECORD, and RECORDS with batches)."""
-        ids = (proto.RECORD, proto.RECORDS) if self.batches else (proto.RECORD,)
+        """The SUB prefixes of one partition's live records (RECORD, and KEYED-RECORDS with batches)."""
+        ids = (proto.RECORD, batching.LIVE_BATCHES) if self.batches else (proto.RECORD,)
         return [proto.record_prefix(msg_id, topic, address, topic) for msg_id in ids]
 
     def _partition(self, topic: str, address: str, seq: int) -> Partition | None:
@@ -376,8 +378,8 @@ class ConsumerState(RecordIntake):
             p = self._partition(msg.subject, msg.address, msg.sequence)
             if p is not None:
                 self._on_record(p, msg.sequence, msg.content)
-        elif isinstance(msg, proto.DirectRecordsMsg):  # RecordsMsg (live, to the topic) too
-            to = msg.subject if type(msg) is proto.RecordsMsg else self.address
+        elif isinstance(msg, proto.DirectRecordsMsg):  # (KEYED-)RECORDS (live, to the topic) too
+            to = msg.subject if msg.live else self.address
             if msg.subject in self.topics and msg.topic == to:
                 p = self._partition(msg.subject, msg.address, msg.sequence)
                 if p is not None:
@@ -422,16 +424,20 @@ class ConsumerState(RecordIntake):
         if end <= p.next:
             return  # all duplicates
         values = proto.split_contents(msg.lengths, msg.contents)
+        keys = msg.key_list() if msg.key_lengths else None
         if p.record_size < 0:
             p.record_size = len(msg.contents) // msg.count
         if first > p.next:  # ahead of a gap: keep what the buffer bound allows, fetch the gap
-            for seq, content in zip(range(first, end), values):
-                self._on_record(p, seq, content)
+            for seq, content, key in zip(range(first, end), values, keys or repeat(None)):
+                self._on_record(p, seq, content, key)
             return
         start = p.next
         if start > first:
             del values[: start - first]
-        p.sink.extend(records(p.topic, p.address, start, values))
+        if keys is None:
+            p.sink.extend(records(p.topic, p.address, start, values))
+        else:
+            p.sink.extend(keyed_records(p.topic, p.address, start, values, keys[start - first:]))
         p.next = end
         self.delivered += end - start
         self.delivered_bytes += len(msg.contents) if start == first else sum(map(len, values))
@@ -442,11 +448,12 @@ class ConsumerState(RecordIntake):
                 del pending[stale]
         self._after_delivery(p, end - 1)
 
-    def _on_record(self, p: Partition, seq: int, content: bytes) -> None:
+    def _on_record(self, p: Partition, seq: int, content: bytes, key: bytes | None = None) -> None:
         if p.record_size < 0:
             p.record_size = len(content)
         if seq == p.next:
-            p.sink.append(make_record((p.topic, p.address, seq, content)))
+            p.sink.append(make_record((p.topic, p.address, seq, content)) if key is None
+                          else keyed_record(p.topic, p.address, seq, content, key))
             p.next = seq + 1
             p.window_bytes += len(content)
             self.delivered += 1
@@ -456,7 +463,7 @@ class ConsumerState(RecordIntake):
             if seq > p.head:
                 p.head = seq
             if seq - p.next < self.max_buffered and len(p.pending) < self.max_buffered:
-                p.pending[seq] = content
+                p.pending[seq] = content if key is None else (content, key)
             self._request(p)
 
     def _after_delivery(self, p: Partition, seq: int) -> None:
@@ -467,9 +474,13 @@ class ConsumerState(RecordIntake):
             nxt = p.next
             while nxt in pending:
                 content = pending.pop(nxt)
+                if type(content) is tuple:  # a keyed record
+                    content, key = content
+                    p.sink.append(keyed_record(p.topic, p.address, nxt, content, key))
+                else:
+                    p.sink.append(make_record((p.topic, p.address, nxt, content)))
                 p.window_bytes += len(content)
                 self.delivered_bytes += len(content)
-                p.sink.append(make_record((p.topic, p.address, nxt, content)))
                 nxt += 1
             self.delivered += nxt - p.next
             p.next = nxt

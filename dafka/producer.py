@@ -78,10 +78,10 @@ class SendHandle:
 
 
 
-def _as_bytes(value: object) -> bytes:
+def _as_bytes(value: object, what: str = "value") -> bytes:
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
-    raise TypeError(f"record value must be bytes (or set value_serializer), got {type(value).__name__}")
+    raise TypeError(f"record {what} must be bytes (or set {what}_serializer), got {type(value).__name__}")
 
 
 class Producer(Generic[V]):
@@ -108,14 +108,14 @@ class Producer(Generic[V]):
     def __init__(
         self: Producer[bytes], topic: str, config: ConfigLike = None, *, address: str | None = None,
         value_serializer: None = None, ctx: zmq.Context[Any] | None = None, resume: bool = False,
-        on_resume: Callable[[int], None] | None = None,
+        on_resume: Callable[[int], None] | None = None, key_serializer: Callable[[Any], bytes] | None = None,
     ) -> None: ...
 
     @overload
     def __init__(
         self: Producer[V], topic: str, config: ConfigLike = None, *, address: str | None = None,
         value_serializer: Callable[[V], bytes], ctx: zmq.Context[Any] | None = None, resume: bool = False,
-        on_resume: Callable[[int], None] | None = None,
+        on_resume: Callable[[int], None] | None = None, key_serializer: Callable[[Any], bytes] | None = None,
     ) -> None: ...
 
     @overload  # a serializer or None, known only at run time (a wrapper's)
@@ -123,6 +123,7 @@ class Producer(Generic[V]):
         self: Producer[Any], topic: str, config: ConfigLike = None, *, address: str | None = None,
         value_serializer: Callable[[Any], bytes] | None = None, ctx: zmq.Context[Any] | None = None,
         resume: bool = False, on_resume: Callable[[int], None] | None = None,
+        key_serializer: Callable[[Any], bytes] | None = None,
     ) -> None: ...
 
     def __init__(
@@ -135,6 +136,7 @@ class Producer(Generic[V]):
         ctx: zmq.Context[Any] | None = None,
         resume: bool = False,
         on_resume: Callable[[int], None] | None = None,
+        key_serializer: Callable[[Any], bytes] | None = None,
     ) -> None:
         if resume and not address:
             raise ValueError("resume=True continues a partition: give its address= (dafka.partition_address(name))")
@@ -146,6 +148,7 @@ class Producer(Generic[V]):
         self.topic = topic
         self.address = address or new_address(producer=True)
         self.value_serializer = value_serializer
+        self.key_serializer = key_serializer
         self.min_acks = c["producer/min_acks"]
         replicas = c["store/replicas"]
         if 0 < replicas < self.min_acks:
@@ -240,33 +243,39 @@ class Producer(Generic[V]):
         self,
         value: V,
         *,
+        key: Any = None,
         on_delivery: Callable[[RecordMetadata | None, Exception | None], None] | None = None,
         timeout: float | None = None,
     ) -> SendHandle:
         """Publish one record; thread-safe.
 
-        Blocks while ``producer/max_unacked`` records (or bytes) wait for acks,
-        up to ``timeout`` seconds (default ``producer/send_timeout``), then
-        raises :class:`BufferFull`.  ``on_delivery(metadata, None)`` is called
-        from the producer's thread once the record is acked."""
+        ``key`` (bytes, or what ``key_serializer`` takes; None: no key) travels
+        with the record to dafka-py consumers and stores (rfc section 18); a
+        reference peer gets the value alone.  Blocks while
+        ``producer/max_unacked`` records (or bytes) wait for acks, up to
+        ``timeout`` seconds (default ``producer/send_timeout``), then raises
+        :class:`BufferFull`.  ``on_delivery(metadata, None)`` is called from
+        the producer's thread once the record is acked."""
         if self.value_serializer is not None:
             raw = self.value_serializer(value)
         else:
             raw = value  # type: ignore[assignment]  # a Producer[bytes]: bytes, or checked below
         if type(raw) is not bytes:
             raw = _as_bytes(raw)
-        if len(raw) > self.max_record_bytes:
+        raw_key = None if key is None else self._key_bytes(key)
+        size = len(raw) if raw_key is None else len(raw) + len(raw_key)
+        if size > self.max_record_bytes:
             raise RecordTooLarge(
-                f"record of {len(raw)} bytes is over producer/max_record_bytes={self.max_record_bytes}; "
+                f"record of {size} bytes is over producer/max_record_bytes={self.max_record_bytes}; "
                 "nothing was sent"
             )
         with self._lock:
             self._raise_unless_open()
             state = self._state
             now = _clock()
-            seq = state.publish(raw, now)
+            seq = state.publish(raw, now, raw_key)
             if seq < 0:
-                seq = self._publish_when_room(raw, self.send_timeout if timeout is None else timeout)
+                seq = self._publish_when_room(raw, self.send_timeout if timeout is None else timeout, raw_key)
             audience = state.audience
             if audience.records:  # a RECORD for those who read no batches (reference peers...)
                 pub = self._pub
@@ -289,12 +298,15 @@ class Producer(Generic[V]):
                 self._pub.send(state.head_frame())
         return SendHandle(self, seq)
 
-    def send_many(self, values: Sequence[V], *, timeout: float | None = None, offset: int | None = None) -> int:
+    def send_many(self, values: Sequence[V], *, keys: Sequence[Any] | None = None, timeout: float | None = None,
+                  offset: int | None = None) -> int:
         """Publish several records at once, in order; thread-safe.  Returns
         the offset of the first (the others follow it, consecutively).  With
         ``offset``, the first record must get exactly that offset: a mirror
         copies record *k* of a partition as record *k*, and anything else
-        raises :class:`ValueError` before any record is sent.
+        raises :class:`ValueError` before any record is sent.  ``keys``, if
+        given, holds one key per value (None: that record has none), as
+        :meth:`send`'s ``key``.
 
         For a caller that already holds a burst (a CDC connector draining its
         replication stream): the records go out in as few RECORDS messages as
@@ -309,14 +321,23 @@ class Producer(Generic[V]):
             raws = values  # type: ignore[assignment]  # a Producer[bytes]: bytes, or checked below
         if set(map(type, raws)) - {bytes}:  # (tested in C: a mirror sends bytes, many at a time)
             raws = [raw if type(raw) is bytes else _as_bytes(raw) for raw in raws]
+        raw_keys: list[bytes | None] | None = None
+        if keys is not None:
+            if len(keys) != len(raws):
+                raise ValueError(f"{len(keys)} keys for {len(raws)} values: nothing was sent")
+            raw_keys = [None if key is None else self._key_bytes(key) for key in keys]
+            if all(key is None for key in raw_keys):
+                raw_keys = None
         if not raws:
             return self._state.next_seq
-        largest = max(map(len, raws))
+        sizes = list(map(len, raws)) if raw_keys is None else \
+            [len(raw) + (0 if key is None else len(key)) for raw, key in zip(raws, raw_keys)]
+        largest = max(sizes)
         if largest > self.max_record_bytes:
             raise RecordTooLarge(f"record of {largest} bytes is over producer/max_record_bytes="
                                  f"{self.max_record_bytes}; nothing was sent")
         timeout = self.send_timeout if timeout is None else timeout
-        total = sum(map(len, raws))
+        total = sum(sizes)
         # Chunks of about one RECORDS each (batching.BURST_RECORDS records or BURST_BYTES bytes).
         step = max(1, min(batching.BURST_RECORDS, len(raws) * batching.BURST_BYTES // max(total, 1)))
         with self._lock:
@@ -329,9 +350,12 @@ class Producer(Generic[V]):
             now = _clock()
             for start in range(0, len(raws), step):
                 chunk = raws[start:start + step]
-                seq = state.publish_many(chunk, sum(map(len, chunk)) if step < len(raws) else total, now)
+                chunk_keys = None if raw_keys is None else raw_keys[start:start + step]
+                seq = state.publish_many(chunk, sum(sizes[start:start + step]) if step < len(raws) else total, now,
+                                         chunk_keys)
                 if seq < 0:
-                    self._publish_one_by_one(chunk, now, timeout)  # too little room for all: wait record by record
+                    # too little room for all: wait record by record
+                    self._publish_one_by_one(chunk, now, timeout, chunk_keys)
                     continue
                 if state.audience.records:  # a RECORD each for who reads no batches (reference peers)
                     pub = self._pub
@@ -346,16 +370,17 @@ class Producer(Generic[V]):
                 self._look_for_subscriptions(now)
         return first_seq
 
-    def _publish_one_by_one(self, values: Sequence[bytes], now: float, timeout: float) -> None:
-        """With the lock held: publish ``values``, waiting for room as each needs it."""
+    def _publish_one_by_one(self, values: Sequence[bytes], now: float, timeout: float,
+                            keys: Sequence[bytes | None] | None) -> None:
+        """With the lock held: publish ``values`` (with ``keys``), waiting for room as each needs it."""
         state = self._state
         audience = state.audience
         pub = self._pub
-        for value in values:
-            seq = state.publish(value, now)
+        for value, key in zip(values, keys or [None] * len(values)):
+            seq = state.publish(value, now, key)
             if seq < 0:
                 self._send_batch()  # what waits goes before the wait for room
-                seq = self._publish_when_room(value, timeout)
+                seq = self._publish_when_room(value, timeout, key)
             if audience.records:
                 _raw_send(pub, state.record_frame(seq), zmq.SNDMORE)
                 _raw_send(pub, value)
@@ -457,13 +482,13 @@ class Producer(Generic[V]):
 
     # -- waiting ------------------------------------------------------------
 
-    def _publish_when_room(self, value: bytes, timeout: float) -> int:
+    def _publish_when_room(self, value: bytes, timeout: float, key: bytes | None = None) -> int:
         """Wait (the lock released meanwhile) until the buffer takes ``value``;
         returns its sequence, or raises :class:`BufferFull` after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         state = self._state
         while True:
-            seq = state.publish(value, _clock())
+            seq = state.publish(value, _clock(), key)
             if seq >= 0:
                 return seq
             remaining = deadline - time.monotonic()
@@ -629,14 +654,19 @@ class Producer(Generic[V]):
             self._send_batch()
 
     def _send_batch(self) -> None:
-        """With the lock held: the records waiting for a batch, as one RECORDS."""
-        frames = self._state.take_batch()
-        if frames is not None:
+        """With the lock held: the records waiting for a batch, as one KEYED-RECORDS and/or RECORDS."""
+        messages = self._state.take_batch()
+        if messages:
             pub = self._pub
-            _raw_send(pub, frames[0], zmq.SNDMORE)
-            _raw_send(pub, frames[1], zmq.SNDMORE)
-            _raw_send(pub, frames[2], 0, len(frames[2]) < ZERO_COPY_BYTES)
+            for frames in messages:
+                last = len(frames) - 1
+                for i, frame in enumerate(frames):
+                    _raw_send(pub, frame, 0 if i == last else zmq.SNDMORE, len(frame) < ZERO_COPY_BYTES)
             self._look_if_due()
+
+    def _key_bytes(self, key: Any) -> bytes:
+        raw = key if self.key_serializer is None else self.key_serializer(key)
+        return raw if type(raw) is bytes else _as_bytes(raw, "key")
 
     def _poll_subscriptions(self) -> None:
         with self._cond:

@@ -57,7 +57,8 @@ class ProducerState:
         self.next_seq = 0
         self.base = 0  # sequence of buffer[0]
         self.buffer: deque[bytes] = deque()
-        self.buffered_bytes = 0
+        self.buffered_bytes = 0  # of the values and keys held
+        self.keys: dict[int, bytes] = {}  # the key of each held record that has one (rfc section 18)
         self.released = -1  # every sequence <= released is acked by min_acks stores
         self.held_peak = 0  # the most unacked bytes held (seen at ACKs) since the last trim
         self.trim_due = False
@@ -75,12 +76,14 @@ class ProducerState:
         # Live records in batches (RECORDS) for the subscribers that read them.
         self.audience = batching.Audience(topic, address)
         self.batch: list[bytes] = []  # published records waiting to go out in one RECORDS
+        self.batch_keys: list[bytes | None] | None = None  # their keys, once one of them has a key
         self.batch_bytes = 0
         self.batch_first = 0  # the sequence of batch[0]
         self.batch_due = False  # the batch is to go out now (see publish)
         self.batches_sent = 0
         self.last_publish = float("-inf")
         self._records_prefix = proto.record_prefix(proto.RECORDS, topic, address, topic)
+        self._keyed_prefix = proto.record_prefix(proto.KEYED_RECORDS, topic, address, topic)
         # FETCH answers in progress, one per requester, served in turn: requester -> [next, end]
         self._answers: dict[str, list[int]] = {}
         self._tails: list[list[bytes]] = []  # DIRECT-TAILs to send before the answers
@@ -94,16 +97,17 @@ class ProducerState:
             return True
         return len(self.buffer) < self.max_unacked and self.buffered_bytes + size <= self.max_unacked_bytes
 
-    def publish(self, content: bytes, now: float = 0.0) -> int:
+    def publish(self, content: bytes, now: float = 0.0, key: bytes | None = None) -> int:
         """Take a record if the unacked buffer has room for it: returns its
         sequence, or -1, taking nothing, when the buffer is full.  While
         somebody reads RECORDS, the record joins the live batch, and
         :attr:`batch_due` says whether the batch is to go out now (the record
         came alone, not in a burst, or the batch is full) or may wait for more
-        (at most ``batching.LINGER``).  One call per record: this is send()'s
-        hot path."""
+        (at most ``batching.LINGER``).  ``key`` (None: none) travels with it
+        to whoever reads keys.  One call per record: this is send()'s hot
+        path."""
         buffer = self.buffer
-        size = len(content)
+        size = len(content) if key is None else len(content) + len(key)
         if self.min_acks:
             if buffer and (len(buffer) >= self.max_unacked or self.buffered_bytes + size > self.max_unacked_bytes):
                 return -1
@@ -114,6 +118,9 @@ class ProducerState:
             buffer.append(content)
             self.buffered_bytes += size
             seq = self.released = self.next_seq
+        if key is not None:
+            self.keys[seq] = key
+        if not self.min_acks:
             while len(buffer) > self.max_unacked or self.buffered_bytes > self.max_unacked_bytes:
                 self._drop_oldest()
         self.next_seq = seq + 1
@@ -122,6 +129,8 @@ class ProducerState:
             batch = self.batch
             if not batch:
                 self.batch_first = seq
+            if key is not None or self.batch_keys is not None:
+                self._batch_key(key)
             batch.append(content)
             self.batch_bytes += size
             self.batch_due = (now - self.last_publish >= batching.BURST_GAP or len(batch) >= batching.MAX_RECORDS
@@ -129,32 +138,37 @@ class ProducerState:
             self.last_publish = now
         return seq
 
-    def publish_many(self, values: Sequence[bytes], size: int, now: float = 0.0) -> int:
+    def publish_many(self, values: Sequence[bytes], size: int, now: float = 0.0,
+                     keys: Sequence[bytes | None] | None = None) -> int:
         """Take all of ``values`` (``size`` bytes in all) if the unacked
         buffer has room for them together (or is empty): returns the first
         one's sequence, or -1, taking nothing.  They join the live batch
         whole, due at once: :meth:`publish` for a burst already in hand, with
-        no Python call per record."""
+        no Python call per record.  ``keys``, if given, holds each record's key
+        (None: none), and ``size`` counts their bytes too."""
         buffer = self.buffer
         n = len(values)
         if self.min_acks:
             if buffer and (len(buffer) + n > self.max_unacked or self.buffered_bytes + size > self.max_unacked_bytes):
                 return -1
-            buffer.extend(values)
-            self.buffered_bytes += size
-        else:
-            buffer.extend(values)
-            self.buffered_bytes += size
-            self.released = self.next_seq + n - 1
+        seq = self.next_seq
+        buffer.extend(values)
+        self.buffered_bytes += size
+        if keys is not None:
+            self.keys.update((s, key) for s, key in zip(range(seq, seq + n), keys) if key is not None)
+        if not self.min_acks:
+            self.released = seq + n - 1
             while len(buffer) > self.max_unacked or self.buffered_bytes > self.max_unacked_bytes:
                 self._drop_oldest()
-        seq = self.next_seq
         self.next_seq = seq + n
         self.published_bytes += size
         if self.audience.batches:
             batch = self.batch
             if not batch:
                 self.batch_first = seq
+            if keys is not None or self.batch_keys is not None:
+                for key in keys or [None] * n:
+                    self._batch_key(key)
             batch.extend(values)
             self.batch_bytes += size
             self.batch_due = True
@@ -230,6 +244,10 @@ class ProducerState:
     def _drop_oldest(self) -> None:
         content = self.buffer.popleft()
         self.buffered_bytes -= len(content)
+        if self.keys:
+            key = self.keys.pop(self.base, None)
+            if key is not None:
+                self.buffered_bytes -= len(key)
         self.base += 1
 
     # -- fetch --------------------------------------------------------------
@@ -272,20 +290,35 @@ class ProducerState:
 
     # -- live batches ---------------------------------------------------------
 
-    def take_batch(self) -> list[bytes] | None:
-        """The RECORDS frames of the waiting records (None: none wait).  They
-        are consecutive: whoever stops adding records to the batch (the
-        audience stopped reading RECORDS) takes it first."""
+    def _batch_key(self, key: bytes | None) -> None:
+        """The key of the record about to join the batch, once a record of the batch has one."""
+        if self.batch_keys is None:
+            self.batch_keys = [None] * len(self.batch)
+        self.batch_keys.append(key)
+
+    def take_batch(self) -> list[list[bytes]]:
+        """The messages of the waiting records (none wait: no message): a
+        KEYED-RECORDS if somebody reads them, then a RECORDS if somebody reads
+        those (a dafka-py 0.2 peer: the values without their keys).  The
+        records are consecutive: whoever stops adding records to the batch
+        (the audience stopped reading batches) takes it first."""
         batch = self.batch
         if not batch:
-            return None
+            return []
         n = len(batch)
         lengths, contents = proto.pack_contents(batch)
-        frame = self._records_prefix + self.batch_first.to_bytes(8, "big") + n.to_bytes(4, "big") + _NO_STAMPS
+        header = self.batch_first.to_bytes(8, "big") + n.to_bytes(4, "big") + _NO_STAMPS
+        messages = []
+        if self.audience.keyed:
+            key_lengths, keys = proto.pack_keys(self.batch_keys) if self.batch_keys is not None else (b"", b"")
+            messages.append([self._keyed_prefix + header, lengths, contents, key_lengths, keys])
+        if self.audience.plain or not self.audience.keyed:
+            messages.append([self._records_prefix + header, lengths, contents])
         self.batch = []
+        self.batch_keys = None
         self.batch_bytes = 0
         self.batches_sent += 1
-        return [frame, lengths, contents]
+        return messages
 
     @property
     def answering(self) -> bool:
@@ -333,7 +366,7 @@ class ProducerState:
             if room > 0 and seq < stop:
                 first = seq
                 held = islice(self.buffer, seq - self.base, stop - self.base)
-                if requester in self.bulk.records:
+                if requester in self.bulk.records or requester in self.bulk.keyed:
                     seq, spent, refused = yield from self._bulk_answer(requester, held, seq, stop, budget, room)
                 else:
                     seq, spent, refused = yield from self._direct_answer(requester, held, seq, stop, budget, room)
@@ -366,9 +399,12 @@ class ProducerState:
 
     def _bulk_answer(self, requester: str, held: Iterator[bytes], seq: int, stop: int, budget: int,
                      room: int) -> Generator[list[bytes], bool | None, tuple[int, int, bool]]:
-        """DIRECT-RECORDS of ``held`` (records ``seq..stop-1``), packed in C;
-        returns (next sequence, bytes spent, whether the requester's queue refused one)."""
-        prefix = proto.record_prefix(proto.DIRECT_RECORDS, requester, self.address, self.topic)
+        """DIRECT-RECORDS of ``held`` (records ``seq..stop-1``), packed in C, or
+        DIRECT-KEYED-RECORDS for a requester that reads keys; returns (next
+        sequence, bytes spent, whether the requester's queue refused one)."""
+        keyed = requester in self.bulk.keyed
+        prefix = proto.record_prefix(proto.DIRECT_KEYED_RECORDS if keyed else proto.DIRECT_RECORDS, requester,
+                                     self.address, self.topic)
         spent = 0
         end = min(stop, seq + budget)
         count = bulk_answers.FIRST_COUNT
@@ -377,9 +413,13 @@ class ProducerState:
             lengths, contents = proto.pack_contents(values)
             n = len(values)
             frame = prefix + seq.to_bytes(8, "big") + n.to_bytes(4, "big") + _NO_STAMPS
-            if (yield [frame, lengths, contents]) is False:
+            message = [frame, lengths, contents]
+            if keyed:
+                keys = self.keys
+                message += proto.pack_keys([keys.get(s) for s in range(seq, seq + n)]) if keys else [b"", b""]
+            if (yield message) is False:
                 return seq, spent, True
-            spent += len(frame) + len(lengths) + len(contents) + MESSAGE_OVERHEAD
+            spent += sum(map(len, message)) + MESSAGE_OVERHEAD
             seq += n
             count = bulk_answers.next_count(n, len(contents))
         return seq, spent, False

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 from itertools import count, repeat
-from typing import Any, Generic, Iterable, Iterator, NamedTuple, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, NamedTuple, Sequence, TypeVar
 
 V = TypeVar("V")  # a record's value: bytes, or what the consumer's value_deserializer returns
 
@@ -23,6 +23,26 @@ class Record(NamedTuple, Generic[V]):
     partition: str
     offset: int
     value: V
+
+    @property
+    def key(self) -> Any:
+        """The record's key (rfc section 18; what the consumer's ``key_deserializer`` made of it), None
+        when it has none.  Not one of the tuple's fields, so that any record unpacks as four."""
+        return None
+
+
+class KeyedRecord(Record[V]):
+    """A :class:`Record` with a key: built only for records that have one (:func:`keyed_records`), so
+    that the records of unkeyed topics stay plain tuples, built in C."""
+
+    key: Any = None  # set on each instance (its __dict__), in place of the property
+
+    def __repr__(self) -> str:
+        return f"Record(topic={self.topic!r}, partition={self.partition!r}, offset={self.offset!r}, " \
+               f"value={self.value!r}, key={self.key!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return keyed_record, (self.topic, self.partition, self.offset, self.value, self.key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,3 +71,31 @@ make_record = partial(tuple.__new__, Record)
 def records(topic: str, partition: str, first: int, values: Iterable[Any]) -> Iterator[Record[Any]]:
     """Records ``first, first+1, ...`` of a partition with ``values``, built in C."""
     return map(make_record, zip(repeat(topic), repeat(partition), count(first), values))
+
+
+def keyed_record(topic: str, partition: str, offset: int, value: Any, key: Any) -> Record[Any]:
+    """A record with ``key``; a plain :class:`Record` when ``key`` is None."""
+    if key is None:
+        return make_record((topic, partition, offset, value))
+    record = tuple.__new__(KeyedRecord, (topic, partition, offset, value))
+    record.key = key
+    return record
+
+
+def keyed_records(topic: str, partition: str, first: int, values: Sequence[Any],
+                  keys: Sequence[Any]) -> list[Record[Any]]:
+    """Records ``first, first+1, ...`` of a partition with ``values`` and ``keys`` (None: no key)."""
+    return [keyed_record(topic, partition, offset, value, key)
+            for offset, value, key in zip(count(first), values, keys)]
+
+
+def deserialized(record: Record[bytes], value: Callable[[bytes], Any] | None,
+                 key: Callable[[bytes], Any] | None) -> Record[Any]:
+    """``record`` with its value and key (if it has one) passed through the consumer's deserializers
+    (None: kept as bytes)."""
+    raw_key = record.key
+    new_value = record.value if value is None else value(record.value)
+    if raw_key is None:
+        return make_record((record.topic, record.partition, record.offset, new_value))
+    return keyed_record(record.topic, record.partition, record.offset, new_value,
+                        raw_key if key is None else key(raw_key))

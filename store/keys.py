@@ -15,6 +15,7 @@ This project adds two kinds of key, under prefixes the reference never reads
 (it only ever looks at 'M' and 'H' keys, so it is unaffected)::
 
     'I'                                             ->  empty: the end of the heads
+    'k' subject NUL address NUL seq(8, BE)          ->  the record's key (rfc section 18)
     't' subject NUL address NUL first_seq(8, BE)    ->  msgpack [last_seq, unix_ms, nbytes]
     'v'                                             ->  msgpack format version (an int)
     'i'                                             ->  the store's identity: 32 hex digits, drawn once
@@ -31,6 +32,13 @@ so can a reader that wants receive timestamps (the Spark connector): a record
 ``s`` has the ``unix_ms`` of the stamp with the greatest ``first_seq <= s``,
 accurate to :data:`STAMP_SPAN_MS`.  The oldest kept sequence of a partition
 (its *tail*) is not stored: it is the first 'M' key of the partition.
+
+A record's *key* (:data:`RECORD_KEY`) is kept beside its content, under the
+same partition and sequence, only for a record that has one: a partition of
+unkeyed records has no 'k' entry, and the 'M' entries stay the reference's
+(a reference store that opens the database serves the values, without their
+keys).  Whatever deletes a partition's records (retention, a handover)
+deletes their keys with them.
 
 The *end of the heads* (:data:`HEADS_END`) sorts after every 'H' key and
 before every 'M' key.  A listing of heads reads until it sees a key that is not
@@ -65,6 +73,7 @@ import msgpack
 RECORD = b"M"
 HEAD = b"H"
 STAMP = b"t"
+RECORD_KEY = b"k"
 FORMAT = b"v"
 HEADS_END = b"I"
 STORE_ID = b"i"
@@ -115,6 +124,11 @@ def head_key(subject: str | bytes, address: str | bytes) -> bytes:
     return partition_prefix(HEAD, subject, address)
 
 
+def record_key_entry(subject: str | bytes, address: str | bytes, seq: int) -> bytes:
+    """The LevelDB key under which record ``seq``'s own key (rfc section 18) is kept."""
+    return partition_prefix(RECORD_KEY, subject, address) + seq_bytes(seq)
+
+
 def stamp_key(subject: str | bytes, address: str | bytes, first: int) -> bytes:
     return partition_prefix(STAMP, subject, address) + seq_bytes(first)
 
@@ -141,7 +155,7 @@ def parse_key(key: bytes) -> ParsedKey:
         if not body.endswith(b"\0"):
             raise ValueError(f"head key {key!r} does not end with NUL")
         body = body[:-1]
-    elif tag in (RECORD, STAMP):
+    elif tag in (RECORD, STAMP, RECORD_KEY):
         if len(key) < 1 + 2 + SEQ_BYTES or key[-SEQ_BYTES - 1] != 0:
             raise ValueError(f"key {key!r} has no NUL-separated sequence")
         body, seq = key[1 : -SEQ_BYTES - 1], seq_of(key[-SEQ_BYTES:])

@@ -70,19 +70,24 @@ _SNDMORE_NOBLOCK = zmq.SNDMORE | zmq.NOBLOCK
 class _Answer:
     """One FETCH being answered: records ``next .. end-1`` still to send."""
 
-    __slots__ = ("key", "requester", "subject", "producer", "partition", "prefix", "out_prefix", "bulk",
+    __slots__ = ("key", "requester", "subject", "producer", "partition", "prefix", "out_prefix", "bulk", "keys_prefix",
                  "next", "end", "left", "it", "last", "carry", "first", "chunk", "exhausted",
                  "stalled_since", "paused_since", "paced_at", "done")
 
-    def __init__(self, requester: str, subject: str, producer: str, seq: int, count: int, bulk: bool) -> None:
+    def __init__(self, requester: str, subject: str, producer: str, seq: int, count: int, bulk: bool,
+                 keyed: bool = False) -> None:
         self.key = (requester, subject, producer)
         self.requester = requester
         self.subject = subject
         self.producer = producer
         self.partition = (subject, producer)
         self.prefix = keys.partition_prefix(keys.RECORD, subject, producer)
-        self.bulk = bulk  # the requester reads DIRECT-RECORDS
-        if bulk:
+        self.bulk = bulk or keyed  # the requester reads DIRECT-RECORDS
+        # ...with the records' keys (rfc 18): where they are kept, None when it does not read them
+        self.keys_prefix = keys.partition_prefix(keys.RECORD_KEY, subject, producer) if keyed else None
+        if keyed:
+            self.out_prefix = proto.record_prefix(proto.DIRECT_KEYED_RECORDS, requester, producer, subject)
+        elif bulk:
             self.out_prefix = proto.record_prefix(proto.DIRECT_RECORDS, requester, producer, subject)
         else:
             self.out_prefix = proto.record_prefix(proto.DIRECT_RECORD, requester, producer, subject)
@@ -276,7 +281,7 @@ class Reader(RoleThread):
                     self._heard_from(sub.topic)
                 continue
             if self._bulk.on_subscription(sub):
-                if not sub.subscribe and sub.msg_id == proto.DIRECT_RECORDS:
+                if not sub.subscribe and sub.msg_id in (proto.DIRECT_RECORDS, proto.DIRECT_KEYED_RECORDS):
                     self._abandon(sub.topic)
                 elif sub.subscribe and self._waiting:
                     self._heard_from(sub.topic)
@@ -411,7 +416,8 @@ class Reader(RoleThread):
         self.fetches_received += 1
         if not (keys.valid_name(keys.to_bytes(msg.subject)) and keys.valid_name(keys.to_bytes(msg.topic))):
             return
-        if not (self._ledger.listens(msg.address) or msg.address in self._bulk.records):
+        if not (self._ledger.listens(msg.address) or msg.address in self._bulk.records
+                or msg.address in self._bulk.keyed):
             # Nobody could get the answer: its requester has not subscribed to it yet (its FETCH may
             # overtake its subscription, on another connection), or never will (it left, or never was).
             key = (msg.address, msg.subject, msg.topic)
@@ -441,7 +447,7 @@ class Reader(RoleThread):
     def _answer(self, msg: proto.FetchMsg) -> None:
         try:
             answer = _Answer(msg.address, msg.subject, msg.topic, msg.sequence, msg.count,
-                             msg.address in self._bulk.records)
+                             msg.address in self._bulk.records, msg.address in self._bulk.keyed)
         except ValueError:  # a requester address the wire cannot carry back
             self.malformed += 1
             return
@@ -636,12 +642,23 @@ class Reader(RoleThread):
             answer.next = first + n
             answer.chunk = bulk_answers.next_count(n, len(contents))
             frames = [frame, lengths, contents]
+            if answer.keys_prefix is not None:
+                frames += self._record_keys(answer.keys_prefix, first, n)
             if not self._send_message(answer, frames, first, first + n):
                 answer.carry.append((frames, first, first + n))
                 break
             sent += n
-            spent += len(frame) + len(lengths) + len(contents) + MESSAGE_OVERHEAD
+            spent += sum(map(len, frames)) + MESSAGE_OVERHEAD
         return sent
+
+    def _record_keys(self, prefix: bytes, first: int, n: int) -> tuple[bytes, bytes]:
+        """Frames 4 and 5 of a DIRECT-KEYED-RECORDS of records ``first .. first+n-1``: their keys, kept
+        apart from the records (store/keys.py), read in one seek (which finds none in an unkeyed topic)."""
+        found = {keys.seq_of(key[-keys.SEQ_BYTES:]): value for key, value in self._db.iterator(
+            start=_key(prefix, first), stop=_key(prefix, first + n), fill_cache=False)}
+        if not found:
+            return b"", b""
+        return proto.pack_keys([found.get(seq) for seq in range(first, first + n)])
 
     def _contiguous_run(self, answer: _Answer, first: int, n: int, head: int) -> tuple[int, list[bytes]]:
         """The records from ``first`` on when ``first .. first+n-1`` (at most

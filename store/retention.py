@@ -118,7 +118,11 @@ def plan_partition(db, p: Partition, now_ms: int, retention_ms: int, retention_b
             freed += len(value)
     if not deletes:
         return None
-    cut = Cut(p, new_tail, len(deletes), freed, deletes)
+    records = len(deletes)
+    # the keys of the deleted records (rfc 18), if they had any
+    deletes += db.iterator(start=p.record_keys_prefix + keys.seq_bytes(p.floor),
+                           stop=p.record_keys_prefix + keys.seq_bytes(new_tail), include_value=False)
+    cut = Cut(p, new_tail, records, freed, deletes)
     # Stamps: drop those wholly deleted, rewrite the one that straddles new_tail.
     for stamp in _stamps(db, p):
         if stamp.first >= new_tail:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from typing import Iterable
 
-from dafka import proto
+from dafka import batching, proto
 
 from . import keys
 from .placement import Key, Placement, StoreMember
@@ -45,8 +45,8 @@ class ShardedWriterState(WriterState):
         self.reader = reader
         self.settle_until = started + settle
         self.settled = False
-        # What a held partition subscribes: its RECORDs, and its RECORDS when the store reads batches.
-        self._live_ids = (proto.RECORD, proto.RECORDS) if batches else (proto.RECORD,)
+        # What a held partition subscribes: its RECORDs, and its KEYED-RECORDS when the store reads batches.
+        self._live_ids = (proto.RECORD, batching.LIVE_BATCHES) if batches else (proto.RECORD,)
         self.sub_changes: list[tuple[bool, bytes]] = []
         self.elsewhere: dict[Key, int] = {}  # partitions other stores hold: the highest head known
         self.filling: dict[Key, int] = {}  # partitions this store took up: the head it fills them to

@@ -20,6 +20,7 @@ import plyvel
 import zmq
 
 from dafka import batching, heap, proto
+from dafka import bulk as bulk_answers
 from dafka.config import Config, ConfigError
 from dafka.loop import Loop
 from dafka.peer import drain_records, queue_messages
@@ -107,8 +108,7 @@ class Writer(RoleThread):
             proto.subscription(proto.DIRECT_HEAD, address, exact=True),
         ]
         if config["store/bulk"]:
-            prefixes.append(proto.subscription(proto.DIRECT_RECORDS, address, exact=True))
-            prefixes.append(proto.subscription(proto.DIRECT_PARTITIONS, address, exact=True))
+            prefixes += bulk_answers.subscriptions(address, keys=True)
         if config["store/batches"] and not self.sharded:
             prefixes.append(batching.WRITER_SUBSCRIPTION)
         if self.sharded:
@@ -381,6 +381,11 @@ class Writer(RoleThread):
                                                     include_value=False), budget))
             stamps = list(self._db.iterator(start=p.stamp_prefix, stop=keys.prefix_end(p.stamp_prefix),
                                             include_value=False))
+            if records:  # the keys of these records (rfc 18), if they had any
+                first, last = records[0][-8:], records[-1][-8:]
+                stamps += self._db.iterator(start=p.record_keys_prefix + first,
+                                            stop=p.record_keys_prefix + (keys.seq_of(last) + 1).to_bytes(8, "big"),
+                                            include_value=False)
             try:
                 self._write_checked([], [], [p.head_key, *stamps, *records])
             except (plyvel.Error, OSError, StoreError) as exc:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 from itertools import repeat
+from typing import Any
 
 from dafka import proto
 from dafka.inflight import fetch_window, mean_size
@@ -51,7 +52,7 @@ REACK_EVERY = 32  # at most this many HEADs between two re-ACKs of the same sequ
 
 class Partition:
     __slots__ = (
-        "subject", "address", "key_prefix", "head_key", "stamp_prefix", "ack_prefix",
+        "subject", "address", "key_prefix", "head_key", "stamp_prefix", "ack_prefix", "record_keys_prefix",
         "head", "written", "known_head", "pending",
         "fetch_seq", "fetch_end", "fetched_at", "progress_at", "tick_head", "tail_hint",
         "batch_first", "batch_bytes", "stamp_first", "stamp_last", "stamp_start_ms", "stamp_bytes",
@@ -64,11 +65,12 @@ class Partition:
         self.key_prefix = keys.partition_prefix(keys.RECORD, subject, address)
         self.head_key = keys.head_key(subject, address)
         self.stamp_prefix = keys.partition_prefix(keys.STAMP, subject, address)
+        self.record_keys_prefix = keys.partition_prefix(keys.RECORD_KEY, subject, address)  # records' own keys
         self.ack_prefix = proto.encode(proto.AckMsg(address, subject, 0))[0][:-8]
         self.head = head  # highest contiguous sequence accepted (-1: none)
         self.written = head  # highest sequence durably written (-1: none)
         self.known_head = head  # highest sequence known to exist
-        self.pending: dict[int, bytes] = {}  # out-of-order records, bounded
+        self.pending: dict[int, Any] = {}  # out-of-order records (a keyed one: (value, key)), bounded
         self.fetch_seq = -1  # the last FETCH asked for [fetch_seq, fetch_end)
         self.fetch_end = -1
         self.fetched_at = float("-inf")
@@ -95,6 +97,13 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"<Partition {self.subject}/{self.address} head={self.head} written={self.written}>"
+
+
+def _pending_cost(held: Any) -> int:
+    """What a buffered record (its content, or (content, key)) counts against ``max_pending_bytes``."""
+    if type(held) is tuple:
+        return len(held[0]) + len(held[1]) + PENDING_OVERHEAD
+    return len(held) + PENDING_OVERHEAD
 
 
 class Batch:
@@ -191,11 +200,12 @@ class WriterState(RecordIntake):
             log.debug("store writer %s: new partition %s/%s", self.address, subject, address)
         return p
 
-    def _take_pending(self, p: Partition, seq: int) -> bytes | None:
-        """Take record ``seq`` out of the out-of-order buffer (None if it is not there)."""
+    def _take_pending(self, p: Partition, seq: int) -> Any:
+        """Take record ``seq`` out of the out-of-order buffer: its content, or (content, key) for a keyed
+        record; None if it is not there."""
         content = p.pending.pop(seq, None)
         if content is not None:
-            self.pending_bytes -= len(content) + PENDING_OVERHEAD
+            self.pending_bytes -= _pending_cost(content)
         return content
 
     def _drop_below(self, p: Partition, end: int) -> None:
@@ -279,8 +289,8 @@ class WriterState(RecordIntake):
             p = self._partition(msg.subject, msg.address)
             if p is not None:
                 self._on_record(p, msg.sequence, msg.content)
-        elif kind is proto.DirectRecordsMsg or kind is proto.RecordsMsg:
-            if msg.topic == (self.address if kind is proto.DirectRecordsMsg else msg.subject):
+        elif isinstance(msg, proto.DirectRecordsMsg):  # and (KEYED-)RECORDS, DIRECT-KEYED-RECORDS
+            if msg.topic == (msg.subject if msg.live else self.address):
                 p = self._partition(msg.subject, msg.address)
                 if p is not None:
                     self._on_records(p, msg)
@@ -300,7 +310,7 @@ class WriterState(RecordIntake):
                 if p is not None and msg.sequence > p.tail_hint:
                     p.tail_hint = msg.sequence
 
-    def _on_record(self, p: Partition, seq: int, content: bytes) -> None:
+    def _on_record(self, p: Partition, seq: int, content: bytes, key: bytes | None = None) -> None:
         if seq <= p.head:
             self.duplicates += 1
             return
@@ -311,15 +321,16 @@ class WriterState(RecordIntake):
             self._await(p)  # fetched once writes succeed again
             return
         if seq == p.head + 1:
-            self._stage(p, seq, content)
+            self._stage(p, seq, content, key)
             self._after_store(p)
             return
-        cost = len(content) + PENDING_OVERHEAD
+        held = content if key is None else (content, key)
+        cost = _pending_cost(held)
         if seq in p.pending:
             self.duplicates += 1
         elif seq - p.head <= self.max_buffered and len(p.pending) < self.max_buffered and \
                 self.pending_bytes + cost <= self.max_pending_bytes:
-            p.pending[seq] = content
+            p.pending[seq] = held
             self.pending_bytes += cost
         else:
             self.dropped += 1  # fetched again
@@ -335,9 +346,10 @@ class WriterState(RecordIntake):
             self.duplicates += msg.count
             return
         values = proto.split_contents(msg.lengths, msg.contents)
+        record_keys = msg.key_list() if msg.key_lengths else None
         if first > start or self.failed is not None:  # ahead of a gap, or failing: one by one
-            for seq, content in zip(range(first, end), values):
-                self._on_record(p, seq, content)
+            for seq, content, key in zip(range(first, end), values, record_keys or repeat(None)):
+                self._on_record(p, seq, content, key)
             return
         if start > first:
             self.duplicates += start - first
@@ -346,6 +358,11 @@ class WriterState(RecordIntake):
             p.known_head = end - 1
         self._keys.extend(map(p.key_prefix.__add__, map(int.to_bytes, range(start, end), repeat(8), repeat("big"))))
         self._values.extend(values)
+        if record_keys is not None:
+            for seq, key in zip(range(start, end), record_keys[start - first:]):
+                if key is not None:
+                    self._keys.append(p.record_keys_prefix + seq.to_bytes(8, "big"))
+                    self._values.append(key)
         self._staged += end - start
         p.head = end - 1
         p.batch_bytes += sum(map(len, values))
@@ -356,9 +373,12 @@ class WriterState(RecordIntake):
             self._drop_below(p, end)
         self._after_store(p)
 
-    def _stage(self, p: Partition, seq: int, content: bytes) -> None:
+    def _stage(self, p: Partition, seq: int, content: bytes, key: bytes | None = None) -> None:
         self._keys.append(p.key_prefix + seq.to_bytes(8, "big"))
         self._values.append(content)
+        if key is not None:
+            self._keys.append(p.record_keys_prefix + seq.to_bytes(8, "big"))
+            self._values.append(key)
         self._staged += 1
         p.head = seq
         p.batch_bytes += len(content)
@@ -373,7 +393,10 @@ class WriterState(RecordIntake):
             self._take_pending(p, p.head)  # the same record, buffered earlier
             nxt = p.head + 1
             while (content := self._take_pending(p, nxt)) is not None:
-                self._stage(p, nxt, content)
+                if type(content) is tuple:
+                    self._stage(p, nxt, *content)
+                else:
+                    self._stage(p, nxt, content)
                 nxt += 1
             if not p.pending:
                 p.pending = {}  # see _drop_below

@@ -333,18 +333,19 @@ def test_producer_batches_bursts_and_sends_lone_records_at_once():
     state.on_subscription(sub(b"\x01St\0"))
     state.publish(b"a", 10.0)
     assert state.batch_due  # alone: out at once
-    assert proto.decode(state.take_batch()) == proto.RecordsMsg("t", P, "t", 0, *proto.pack_contents([b"a"]))
+    assert [proto.decode(m) for m in state.take_batch()] == [
+        proto.RecordsMsg("t", P, "t", 0, *proto.pack_contents([b"a"]))]
     for i in range(1, 4):
         state.publish(b"v%d" % i, 10.0 + i * 1e-6)
         assert not state.batch_due  # a burst: waits
-    frames = state.take_batch()
+    (frames,) = state.take_batch()
     msg = proto.decode(frames)
     assert type(msg) is proto.RecordsMsg and (msg.topic, msg.sequence, msg.count) == ("t", 1, 3)
     assert proto.split_contents(msg.lengths, msg.contents) == [b"v1", b"v2", b"v3"]
-    assert state.take_batch() is None and state.batches_sent == 2
+    assert state.take_batch() == [] and state.batches_sent == 2
     for i in range(4, 4 + batching.MAX_RECORDS):  # full: out without waiting
         state.publish(b"x", 20.0 + i * 1e-6)
-    assert state.batch_due and proto.decode(state.take_batch()).count == batching.MAX_RECORDS
+    assert state.batch_due and proto.decode(state.take_batch()[0]).count == batching.MAX_RECORDS
 
 
 def test_consumer_and_writer_read_live_batches():

@@ -304,6 +304,24 @@ def test_max_messages_json_and_format(processes):
     assert_no_traceback(first, as_json, custom)
 
 
+def test_keys_with_kcats_delimiter_and_format_tokens(processes):
+    """-K splits each line at its first delimiter into key and value (kcat); %k and %K print them, and
+    --json gives the key with its encoding (null for a record without one)."""
+    cluster = Cluster(processes)
+    cluster.produce("keyed", b"a:one\ntwo\nb:c:three\n\xff:four\n", "-K:", "-X", "producer/close_timeout=8000")
+    custom = cluster.run(CONSUMER, "keyed", "--from-beginning", "-m", "4", "--format", r"%k|%K|%s\n")
+    as_json = cluster.run(CONSUMER, "keyed", "--from-beginning", "-m", "4", "--json")
+    for tool in (custom, as_json):
+        assert tool.wait(20) == 0, tool.err.text
+    assert custom.out.data == b"a|1|one\n|-1|two\nb|1|c:three\n\xff|1|four\n"
+    assert [(r["key"], r["key_encoding"], r["value"]) for r in map(json.loads, as_json.out.lines())] == [
+        ("a", "utf-8", "one"), (None, None, "two"), ("b", "utf-8", "c:three"),
+        (base64.b64encode(b"\xff").decode(), "base64", "four")]
+    empty = cluster.run(PRODUCER, "keyed", "-K", "")
+    assert empty.wait(10) == 2 and "'-K' / '--key-delimiter'" in empty.err.text
+    assert_no_traceback(custom, as_json, empty)
+
+
 def test_msgpack_round_trip_through_the_umbrella_command(processes):
     cluster = Cluster(processes, command=("dafka", "tower"))
     docs = [{"a": 1, "b": [True, None]}, "text", 3.5]

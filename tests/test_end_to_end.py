@@ -98,7 +98,7 @@ def test_lossy_link_still_delivers_every_record_once_in_order(fault_name, batche
     live = [0]
 
     def fault(frames, direction):
-        if direction != "A>B" or frames[0][:1] not in (proto.RECORD, proto.RECORDS):
+        if direction != "A>B" or frames[0][:1] not in (proto.RECORD, proto.RECORDS, proto.KEYED_RECORDS):
             return 1  # only live records (RECORDs, or RECORDS batches) on their way to the consumer suffer
         live[0] += 1
         r = rng.random()

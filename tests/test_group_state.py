@@ -299,7 +299,7 @@ def test_the_consumer_opens_an_assigned_partition_at_the_groups_commit_whoever_c
     assert cs.subscribe(TOPIC) == [proto.subscription(proto.HEAD, TOPIC, exact=True)]
     cs.out.clear()
     cs.on_frames(proto.encode(proto.RecordMsg(TOPIC, "P1", TOPIC, 5, b"x")))  # met, assigned, opened at once
-    live = [proto.record_prefix(msg_id, TOPIC, "P1", TOPIC) for msg_id in (proto.RECORD, proto.RECORDS)]
+    live = [proto.record_prefix(msg_id, TOPIC, "P1", TOPIC) for msg_id in (proto.RECORD, proto.KEYED_RECORDS)]
     assert cs.sub_changes == [(True, prefix) for prefix in live]
     assert group.assigned == [(TOPIC, "P1")] and group.known[(TOPIC, "P1")] == 5
     p = cs.partitions[(TOPIC, "P1")]

@@ -53,9 +53,9 @@ def test_before_it_settles_a_store_holds_nothing_new_then_takes_up_what_it_owns(
     fetches = [m for m in sent(s) if type(m) is proto.FetchMsg]
     assert sorted(f.topic for f in fetches) == sorted(mine)  # refilled from whoever holds them
     assert all(f.sequence == 0 and f.count == 10 for f in fetches)
-    # it subscribes to the live records (RECORD and RECORDS) of the partitions it holds, and to no others
+    # it subscribes to the live records (RECORD and KEYED-RECORDS) of the partitions it holds, and to no others
     assert sorted(prefix for on, prefix in s.sub_changes if on) == sorted(
-        proto.record_prefix(kind, TOPIC, p, TOPIC) for p in mine for kind in (proto.RECORD, proto.RECORDS))
+        proto.record_prefix(kind, TOPIC, p, TOPIC) for p in mine for kind in (proto.RECORD, proto.KEYED_RECORDS))
     assert set(s.filling_now()) == {(TOPIC, p) for p in mine}
 
 
@@ -96,7 +96,7 @@ def test_a_partition_no_longer_owned_is_kept_until_its_owner_holds_it_then_relea
     assert sorted(p.address for p in s.released) == sorted(theirs)
     assert sorted(p for _, p in s.partitions) == sorted(set(PARTITIONS) - set(theirs))
     assert sorted(prefix for on, prefix in s.sub_changes if not on) == sorted(
-        proto.record_prefix(kind, TOPIC, p, TOPIC) for p in theirs for kind in (proto.RECORD, proto.RECORDS))
+        proto.record_prefix(kind, TOPIC, p, TOPIC) for p in theirs for kind in (proto.RECORD, proto.KEYED_RECORDS))
     assert all(s.elsewhere[(TOPIC, p)] == 49 for p in theirs)
 
 

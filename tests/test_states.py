@@ -165,11 +165,11 @@ def test_publish_many_takes_a_burst_whole_or_not_at_all():
 
 def test_publish_many_joins_the_live_batch_and_keeps_the_ring_with_no_acks():
     state = ProducerState(P, "t", min_acks=0, max_unacked=4)
-    state.audience.batches = 1
+    state.audience.batches = state.audience.plain = True
     assert state.publish_many([b"%d" % i for i in range(6)], 6) == 0
     assert state.released == 5 and state.base == 2 and list(state.buffer) == [b"2", b"3", b"4", b"5"]
     assert state.batch_first == 0 and len(state.batch) == 6 and state.batch_due
-    frames = state.take_batch()
+    (frames,) = state.take_batch()
     msg = proto.decode(frames)
     assert (msg.sequence, msg.count) == (0, 6)
 

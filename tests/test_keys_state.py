@@ -1,0 +1,101 @@
+"""Keyed records (rfc section 18) in the sans-I/O states, without sockets: who gets which form of a
+batch, the keys in a producer's FETCH answers, and a consumer delivering them with each record."""
+
+from __future__ import annotations
+
+from dafka import batching, bulk, proto
+from dafka.consumer_state import ConsumerState
+from dafka.producer_state import ProducerState
+
+P = "P" * 32
+ME = "C" * 32
+
+
+def sub(frame: bytes) -> proto.Subscription:
+    return proto.decode_subscription(frame)
+
+
+def decoded(messages: list[list[bytes]]) -> list:
+    return [proto.decode(frames) for frames in messages]
+
+
+def test_a_subscriber_of_each_form_gets_each_batch_once_in_its_form():
+    audience = batching.Audience("t", P)
+    # a dafka-py 0.3 consumer: RECORD and KEYED-RECORDS, exact
+    audience.on_subscription(sub(b"\x01Mt\0"))
+    audience.on_subscription(sub(b"\x01Qt\0"))
+    assert audience.keyed and audience.batches and not audience.plain and not audience.records
+    # a dafka-py 0.2 consumer: RECORD and RECORDS
+    audience.on_subscription(sub(b"\x01Mt\0"))
+    audience.on_subscription(sub(b"\x01St\0"))
+    assert audience.keyed and audience.plain and not audience.records
+    # a reference consumer: RECORD alone
+    audience.on_subscription(sub(b"\x01Mt"))
+    assert audience.records
+    for frame in (b"\x00Mt", b"\x00Mt\0", b"\x00St\0"):
+        audience.on_subscription(sub(frame))
+    assert audience.keyed and not audience.plain and not audience.records
+    # a store writer of each version
+    for frame in (b"\x01M", b"\x01Q", b"\x01M", b"\x01S"):
+        audience.on_subscription(sub(frame))
+    assert audience.keyed and audience.plain and not audience.records
+
+
+def test_a_batch_goes_keyed_to_who_reads_keys_and_plain_to_a_02_peer():
+    state = ProducerState(P, "t", min_acks=0)
+    for frame in (b"\x01Mt\0", b"\x01Qt\0"):
+        state.on_subscription(sub(frame))
+    state.publish(b"a", 1.0)  # no key: KEYED-RECORDS with no keys
+    (only,) = decoded(state.take_batch())
+    assert type(only) is proto.KeyedRecordsMsg and only.key_list() is None
+    state.publish(b"b", 2.0)
+    state.publish(b"c", 2.0 + 1e-6, key=b"k")
+    state.publish(b"d", 2.0 + 2e-6, key=b"")
+    (keyed,) = decoded(state.take_batch())
+    assert (keyed.sequence, keyed.count, keyed.key_list()) == (1, 3, [None, b"k", b""])
+    for frame in (b"\x01Mt\0", b"\x01St\0"):  # a 0.2 consumer joins
+        state.on_subscription(sub(frame))
+    state.publish_many([b"e", b"f"], 2 + 2, 3.0, keys=[b"k1", b"k2"])
+    keyed, plain = decoded(state.take_batch())
+    assert type(keyed) is proto.KeyedRecordsMsg and keyed.key_list() == [b"k1", b"k2"]
+    assert type(plain) is proto.RecordsMsg and proto.split_contents(plain.lengths, plain.contents) == [b"e", b"f"]
+    assert (plain.sequence, plain.count) == (keyed.sequence, keyed.count) == (4, 2)
+
+
+def test_fetch_answers_carry_the_keys_to_who_reads_them_and_the_values_to_the_others():
+    state = ProducerState(P, "t", min_acks=1)
+    for s in range(6):
+        state.publish(b"v%d" % s, key=None if s % 2 else b"k%d" % s)
+    other = "O" * 32
+    for prefix in bulk.subscriptions(ME, keys=True) + bulk.subscriptions(other):
+        state.on_subscription(proto.decode_subscription(b"\x01" + prefix))
+    state.on_fetch(proto.FetchMsg(P, ME, "t", 1, 5))
+    state.on_fetch(proto.FetchMsg(P, other, "t", 1, 5))
+    answers = {m.topic: m for m in decoded(list(state.fetch_answers(budget=10**9)))}
+    assert type(answers[ME]) is proto.DirectKeyedRecordsMsg
+    assert answers[ME].key_list() == [None, b"k2", None, b"k4", None]
+    assert type(answers[other]) is proto.DirectRecordsMsg and answers[other].count == 5
+    # acked records leave with their keys (and the bytes they held)
+    held = state.buffered_bytes
+    state.on_ack("store", proto.AckMsg(P, "t", 2))
+    assert list(state.keys) == [4] and state.buffered_bytes == held - (3 * 2 + 2 * 2)
+
+
+def test_a_consumer_delivers_each_record_with_its_key_in_order_across_a_gap():
+    consumer = ConsumerState(ME, reset="earliest")
+    assert proto.subscription(proto.KEYED_RECORDS, "t", exact=True) in consumer.subscribe("t")
+    assert proto.subscription(proto.DIRECT_KEYED_RECORDS, ME, exact=True) in consumer.own_subscriptions()
+
+    def keyed(seq: int, values: list[bytes], keys: list[bytes | None], direct: bool = False) -> list[bytes]:
+        cls = proto.DirectKeyedRecordsMsg if direct else proto.KeyedRecordsMsg
+        return proto.encode(cls(ME if direct else "t", P, "t", seq, *proto.pack_contents(values),
+                                (), *proto.pack_keys(keys)))
+
+    consumer.on_frames(keyed(0, [b"a", b"b"], [b"ka", None]))
+    consumer.on_frames(keyed(4, [b"e"], [b"ke"]))  # ahead of a gap: kept with its key
+    consumer.on_frames(keyed(2, [b"c", b"d"], [None, b"kd"], direct=True))
+    got = list(consumer.ready)
+    assert [(r.offset, r.value, r.key) for r in got] == [
+        (0, b"a", b"ka"), (1, b"b", None), (2, b"c", None), (3, b"d", b"kd"), (4, b"e", b"ke")]
+    topic, partition, offset, value = got[0]  # a keyed record still unpacks as four
+    assert (topic, partition, offset, value) == ("t", P, 0, b"a")
