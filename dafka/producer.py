@@ -273,7 +273,7 @@ class Producer(Generic[V]):
             self._raise_unless_open()
             state = self._state
             now = _clock()
-            seq = state.publish(raw, now, raw_key)
+            seq = state.publish(raw, now) if raw_key is None else state.publish_keyed(raw, raw_key, now)
             if seq < 0:
                 seq = self._publish_when_room(raw, self.send_timeout if timeout is None else timeout, raw_key)
             audience = state.audience
@@ -377,7 +377,7 @@ class Producer(Generic[V]):
         audience = state.audience
         pub = self._pub
         for value, key in zip(values, keys or [None] * len(values)):
-            seq = state.publish(value, now, key)
+            seq = state.publish(value, now) if key is None else state.publish_keyed(value, key, now)
             if seq < 0:
                 self._send_batch()  # what waits goes before the wait for room
                 seq = self._publish_when_room(value, timeout, key)
@@ -488,7 +488,8 @@ class Producer(Generic[V]):
         deadline = time.monotonic() + timeout
         state = self._state
         while True:
-            seq = state.publish(value, _clock(), key)
+            now = _clock()
+            seq = state.publish(value, now) if key is None else state.publish_keyed(value, key, now)
             if seq >= 0:
                 return seq
             remaining = deadline - time.monotonic()

@@ -76,7 +76,7 @@ class ProducerState:
         # Live records in batches (RECORDS) for the subscribers that read them.
         self.audience = batching.Audience(topic, address)
         self.batch: list[bytes] = []  # published records waiting to go out in one RECORDS
-        self.batch_keys: list[bytes | None] | None = None  # their keys, once one of them has a key
+        self.batch_keys: dict[int, bytes] | None = None  # their keys, by place in the batch, once one has a key
         self.batch_bytes = 0
         self.batch_first = 0  # the sequence of batch[0]
         self.batch_due = False  # the batch is to go out now (see publish)
@@ -97,17 +97,16 @@ class ProducerState:
             return True
         return len(self.buffer) < self.max_unacked and self.buffered_bytes + size <= self.max_unacked_bytes
 
-    def publish(self, content: bytes, now: float = 0.0, key: bytes | None = None) -> int:
+    def publish(self, content: bytes, now: float = 0.0) -> int:
         """Take a record if the unacked buffer has room for it: returns its
         sequence, or -1, taking nothing, when the buffer is full.  While
         somebody reads RECORDS, the record joins the live batch, and
         :attr:`batch_due` says whether the batch is to go out now (the record
         came alone, not in a burst, or the batch is full) or may wait for more
-        (at most ``batching.LINGER``).  ``key`` (None: none) travels with it
-        to whoever reads keys.  One call per record: this is send()'s hot
-        path."""
+        (at most ``batching.LINGER``).  One call per record: this is send()'s
+        hot path."""
         buffer = self.buffer
-        size = len(content) if key is None else len(content) + len(key)
+        size = len(content)
         if self.min_acks:
             if buffer and (len(buffer) >= self.max_unacked or self.buffered_bytes + size > self.max_unacked_bytes):
                 return -1
@@ -118,9 +117,6 @@ class ProducerState:
             buffer.append(content)
             self.buffered_bytes += size
             seq = self.released = self.next_seq
-        if key is not None:
-            self.keys[seq] = key
-        if not self.min_acks:
             while len(buffer) > self.max_unacked or self.buffered_bytes > self.max_unacked_bytes:
                 self._drop_oldest()
         self.next_seq = seq + 1
@@ -129,14 +125,31 @@ class ProducerState:
             batch = self.batch
             if not batch:
                 self.batch_first = seq
-            if key is not None or self.batch_keys is not None:
-                self._batch_key(key)
             batch.append(content)
             self.batch_bytes += size
             self.batch_due = (now - self.last_publish >= batching.BURST_GAP or len(batch) >= batching.MAX_RECORDS
                               or self.batch_bytes >= batching.MAX_BYTES)
             self.last_publish = now
         return seq
+
+    def publish_keyed(self, content: bytes, key: bytes, now: float = 0.0) -> int:
+        """:meth:`publish` for a record with a key, which travels with it to
+        whoever reads keys (kept apart, so that an unkeyed record pays
+        nothing for keys); the key's bytes count in the buffer's bytes once
+        the record is in."""
+        seq = self.publish(content, now)
+        if seq >= 0:
+            self._keep_key(seq, key)
+        return seq
+
+    def _keep_key(self, seq: int, key: bytes) -> None:
+        self.keys[seq] = key
+        self.buffered_bytes += len(key)
+        self.published_bytes += len(key)
+        if self.batch and seq >= self.batch_first:
+            if self.batch_keys is None:
+                self.batch_keys = {}
+            self.batch_keys[seq - self.batch_first] = key
 
     def publish_many(self, values: Sequence[bytes], size: int, now: float = 0.0,
                      keys: Sequence[bytes | None] | None = None) -> int:
@@ -166,9 +179,11 @@ class ProducerState:
             batch = self.batch
             if not batch:
                 self.batch_first = seq
-            if keys is not None or self.batch_keys is not None:
-                for key in keys or [None] * n:
-                    self._batch_key(key)
+            if keys is not None:
+                at = len(batch)
+                found = {at + i: key for i, key in enumerate(keys) if key is not None}
+                if found:
+                    self.batch_keys = {**(self.batch_keys or {}), **found}
             batch.extend(values)
             self.batch_bytes += size
             self.batch_due = True
@@ -290,12 +305,6 @@ class ProducerState:
 
     # -- live batches ---------------------------------------------------------
 
-    def _batch_key(self, key: bytes | None) -> None:
-        """The key of the record about to join the batch, once a record of the batch has one."""
-        if self.batch_keys is None:
-            self.batch_keys = [None] * len(self.batch)
-        self.batch_keys.append(key)
-
     def take_batch(self) -> list[list[bytes]]:
         """The messages of the waiting records (none wait: no message): a
         KEYED-RECORDS if somebody reads them, then a RECORDS if somebody reads
@@ -310,7 +319,9 @@ class ProducerState:
         header = self.batch_first.to_bytes(8, "big") + n.to_bytes(4, "big") + _NO_STAMPS
         messages = []
         if self.audience.keyed:
-            key_lengths, keys = proto.pack_keys(self.batch_keys) if self.batch_keys is not None else (b"", b"")
+            batch_keys = self.batch_keys
+            key_lengths, keys = (b"", b"") if batch_keys is None else proto.pack_keys(
+                [batch_keys.get(i) for i in range(n)])
             messages.append([self._keyed_prefix + header, lengths, contents, key_lengths, keys])
         if self.audience.plain or not self.audience.keyed:
             messages.append([self._records_prefix + header, lengths, contents])

@@ -49,8 +49,8 @@ def test_a_batch_goes_keyed_to_who_reads_keys_and_plain_to_a_02_peer():
     (only,) = decoded(state.take_batch())
     assert type(only) is proto.KeyedRecordsMsg and only.key_list() is None
     state.publish(b"b", 2.0)
-    state.publish(b"c", 2.0 + 1e-6, key=b"k")
-    state.publish(b"d", 2.0 + 2e-6, key=b"")
+    state.publish_keyed(b"c", b"k", 2.0 + 1e-6)
+    state.publish_keyed(b"d", b"", 2.0 + 2e-6)
     (keyed,) = decoded(state.take_batch())
     assert (keyed.sequence, keyed.count, keyed.key_list()) == (1, 3, [None, b"k", b""])
     for frame in (b"\x01Mt\0", b"\x01St\0"):  # a 0.2 consumer joins
@@ -65,7 +65,10 @@ def test_a_batch_goes_keyed_to_who_reads_keys_and_plain_to_a_02_peer():
 def test_fetch_answers_carry_the_keys_to_who_reads_them_and_the_values_to_the_others():
     state = ProducerState(P, "t", min_acks=1)
     for s in range(6):
-        state.publish(b"v%d" % s, key=None if s % 2 else b"k%d" % s)
+        if s % 2:
+            state.publish(b"v%d" % s)
+        else:
+            state.publish_keyed(b"v%d" % s, b"k%d" % s)
     other = "O" * 32
     for prefix in bulk.subscriptions(ME, keys=True) + bulk.subscriptions(other):
         state.on_subscription(proto.decode_subscription(b"\x01" + prefix))
