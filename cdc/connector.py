@@ -60,6 +60,7 @@ class Publisher:
         self.producers: dict[str, Producer] = {}
         self.last_offset: dict[str, int] = {}  # producer topic -> offset of its last record sent
         self._pending: dict[str, list[bytes]] = {}  # records held for the next send_many, by topic
+        self._pending_keys: dict[str, list[bytes | None]] = {}  # ...and their keys
         self._held = 0
 
     def topic_of(self, table: str) -> str:
@@ -78,9 +79,11 @@ class Publisher:
 
     def queue(self, outs: list) -> int:
         """Hold records to publish with the next :meth:`publish`; returns how many are held."""
-        pending = self._pending
+        pending, keys = self._pending, self._pending_keys
         for out in outs:
-            pending.setdefault(self.topic_of(out.table), []).append(out.value)
+            topic = self.topic_of(out.table)
+            pending.setdefault(topic, []).append(out.value)
+            keys.setdefault(topic, []).append(out.key)
         self._held += len(outs)
         return self._held
 
@@ -88,8 +91,10 @@ class Publisher:
         """Publish what is held: each topic's records in one call (one lock, the fewest RECORDS)."""
         for topic, values in self._pending.items():
             if values:
-                self.last_offset[topic] = self.producers[topic].send_many(values) + len(values) - 1
+                keys = self._pending_keys[topic]
+                self.last_offset[topic] = self.producers[topic].send_many(values, keys=keys) + len(values) - 1
                 values.clear()
+                keys.clear()
         self._held = 0
 
     def released(self, topic: str) -> int:

@@ -74,6 +74,15 @@ class TransactionEncoder:
         return (text + "}").encode()
 
 
+def record_key(schema: str, table: str, key: dict[str, Any] | None) -> bytes | None:
+    """The record key of a change (rfc/cdc.md): the JSON ``["schema.table",{key columns}]``, the columns
+    as the envelope's ``key`` has them (in the table's key order), so that one topic can carry every
+    table; None for a change without key columns (a truncate, a table without a replica identity)."""
+    if not key:
+        return None
+    return ("[" + _dumps(f"{schema}.{table}") + "," + _dumps(key) + "]").encode()
+
+
 def position(change: dict[str, Any]) -> tuple[int, int]:
     """Where a decoded envelope stands in the database's history: (commit LSN, seq)."""
     source = change["source"]

@@ -18,10 +18,13 @@ from . import envelope
 
 @dataclass
 class Out:
-    """A record to publish: ``table`` is "schema.table" (for one topic per table)."""
+    """A record to publish: ``table`` is "schema.table" (for one topic per table); ``key`` the record's
+    key (:func:`dafka.cdc.envelope.record_key`: the table and the row's key columns; None for a row
+    without a key, or a truncate)."""
 
     table: str
     value: bytes
+    key: bytes | None = None
 
 
 class Transactions:
@@ -82,4 +85,4 @@ class Transactions:
         if not self._snapshot:
             self.changes += 1
         value = self._source.encode(op, schema, table, seq, last, before, after, key, list(unchanged))
-        return [Out(f"{schema}.{table}", value)]
+        return [Out(f"{schema}.{table}", value, envelope.record_key(schema, table, key))]

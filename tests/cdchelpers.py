@@ -9,6 +9,7 @@ import time
 
 from dafka import Consumer
 from dafka.cdc.apply import TableState, key_of
+from dafka.cdc.envelope import record_key
 from dafka.cdc.postgres import PostgresCapture, PostgresSource
 from dafka.cdc.types import converter
 from helpers import loopback_config
@@ -124,6 +125,9 @@ def consume_into(tower, topic: str, state: TableState, until, timeout: float = 3
         while time.monotonic() < deadline:
             for record in consumer.consume(1000, timeout=0.2):
                 change = json.loads(record.value)
+                source = change["source"]
+                # every change has its row's identity as its record key (rfc/cdc.md), live and from the stores
+                assert record.key == record_key(source["schema"], source["table"], change["key"]), record
                 changes.append(change)
                 state.apply(change, record.partition)
             if until(state, changes):

@@ -101,6 +101,21 @@ def test_apply_drops_what_it_applied_already():
     assert state.rows("public.t") == {'{"id":1}': {"id": 1}}
 
 
+def test_each_change_has_the_rows_identity_as_its_record_key():
+    from dafka.cdc.envelope import record_key
+    from dafka.cdc.transactions import Transactions
+
+    assert json.loads(record_key("s", 't"x', {"b": "é", "a": 2})) == ["s.t\"x", {"b": "é", "a": 2}]
+    assert record_key("s", "t", {"b": 1, "a": 2}) == b'["s.t",{"b":1,"a":2}]'  # the key's own column order
+    assert record_key("s", "t", None) is None
+    tx = Transactions("postgresql", "shop")
+    tx.begin(10, 5, 1700)
+    tx.add("c", "public", "orders", None, {"id": 7}, {"id": 7})
+    outs = tx.add("t", "public", "orders", None, None, None) + tx.end()
+    assert [(o.table, o.key) for o in outs] == [("public.orders", b'["public.orders",{"id":7}]'),
+                                                 ("public.orders", None)]
+
+
 def test_the_envelope_is_the_documented_json_field_for_field():
     from dafka.cdc.envelope import TransactionEncoder, source_head
 
