@@ -255,11 +255,14 @@ def test_security_headers_and_produce_needs_the_token(page, cluster):
     forged = page.request.post("/produce", form={"topic": "orders", "value": "forged"})
     assert forged.status == 403
     page.goto("/produce?topic=typed")
+    page.fill("input[name=key]", "<b>sku</b>")  # a key is shown as text, as a value is
     page.fill("textarea[name=value]", "from the browser")
     page.click("form.produce button")
     expect(page.locator("#produced")).to_contain_text("offset 0")
     page.click("#produced a")
     expect(page.locator("#records tr[data-offset='0'] pre.value")).to_have_text("from the browser")
+    expect(page.locator("#records tr[data-offset='0'] td.key")).to_have_text("<b>sku</b>")
+    assert page.locator("#records b").count() == 0
 
 
 def test_live_tail_receives_new_records_and_pauses(page, cluster):
@@ -268,6 +271,7 @@ def test_live_tail_receives_new_records_and_pauses(page, cluster):
     send(cluster.producers[1], [f"live {i}" for i in range(5)])
     expect(page.locator("#tail tbody tr")).to_have_count(5, timeout=15_000)
     expect(page.locator("#tail tbody tr").first.locator("pre.value")).to_have_text("live 4")
+    expect(page.locator("#tail tbody tr").first.locator("td.key")).to_have_text("–")  # sent without a key
     shot(page, "live")
     page.click("#tail-toggle")
     expect(page.locator("#tail-status")).to_contain_text("paused")

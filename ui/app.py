@@ -222,7 +222,7 @@ class Console:
                 answer = await self._fetch(topic, partition, at, SEARCH_CHUNK)
                 if not answer["records"]:
                     break
-                out.extend(value for _, value, _ in answer["records"])
+                out.extend(record[1] for record in answer["records"])
                 at = answer["records"][-1][0] + 1
         return out
 
@@ -272,10 +272,10 @@ class Console:
         else:
             answer = await self._fetch(topic, partition, start, count)
         rows = []
-        for offset, value, stamp in answer["records"]:
+        for offset, value, stamp, key in answer["records"]:
             used, text = values.render(value, fmt)
             rows.append({"offset": offset, "size": len(value), "stamp": stamp, "format": used, "text": text,
-                         "json": used in ("json", "msgpack")})
+                         "json": used in ("json", "msgpack"), "key": values.key_text(key)})
         return self._page(request, "messages.html", f"{topic} / {_short(partition)}", topic=topic,
                           partition=partition, partitions=partitions, rows=rows, start=start, count=count,
                           head=head, tail=tail, fmt=fmt, formats=values.FORMATS, where=where, search=search,
@@ -359,7 +359,7 @@ class Console:
             body = await request.body()
             if len(body) > MAX_FORM:
                 return self._error(request, 413, f"A record sent from the console is at most {MAX_FORM // 1024} KiB.")
-            # the form's own encoding (urlencoded): no multipart parser needed for two text fields
+            # the form's own encoding (urlencoded): no multipart parser needed for three text fields
             fields = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
             form = {k: v[0] for k, v in fields.items()}
             token = str(form.get("token", ""))
@@ -367,21 +367,22 @@ class Console:
                 return self._error(request, 403, "The form's token is missing or wrong (CSRF): reload the page.")
             topic = str(form.get("topic", "")).strip()
             value = str(form.get("value", "")).encode()
+            key = str(form.get("key", "")).encode() or None  # an empty field: no key
             if not topic:
                 return self._error(request, 400, "A topic is needed.")
             try:
-                result = await asyncio.to_thread(self._send, topic, value)
+                result = await asyncio.to_thread(self._send, topic, value, key)
             except Exception as exc:  # noqa: BLE001 - shown to the user
                 log.warning("console: a record for topic %r was not sent: %s", topic, exc)
                 return self._error(request, 400, f"The record was not sent: {exc}")
         return self._page(request, "produce.html", "Produce", topic=topic, result=result)
 
-    def _send(self, topic: str, value: bytes) -> dict[str, Any]:
+    def _send(self, topic: str, value: bytes, key: bytes | None) -> dict[str, Any]:
         from dafka import Producer
         producer = self._producers.get(topic)
         if producer is None:
             producer = self._producers[topic] = Producer(topic, self.peer.config)
-        metadata = producer.send(value).get(timeout=10)
+        metadata = producer.send(value, key=key).get(timeout=10)
         return {"topic": topic, "partition": producer.address, "offset": metadata.offset}
 
     @contextlib.asynccontextmanager
@@ -437,10 +438,10 @@ class Console:
                         more, more_skipped = queue.get_nowait()
                         records, skipped = records + more, skipped + more_skipped
                     rows = []
-                    for partition, offset, value in records:
+                    for partition, offset, value, key in records:
                         used, text = values.render(value, fmt)
                         rows.append({"partition": partition, "offset": offset, "size": len(value),
-                                     "format": used, "text": text[:2000]})
+                                     "format": used, "text": text[:2000], "key": values.key_text(key)})
                     payload = json.dumps({"records": rows, "skipped": skipped})
                     yield f"data: {payload}\n\n".encode()
                     await asyncio.sleep(TAIL_EVENT_GAP)  # at most 10 events a second, whatever the rate

@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from dafka import proto
+from dafka import batching, proto
 from dafka.group import OFFSETS_TOPIC
 from dafka.store.placement import place
 
@@ -465,5 +465,6 @@ class ClusterModel:
 
 def tail_prefixes(topic: str) -> list[bytes]:
     """What to subscribe on every peer to follow ``topic`` live, as a dafka-py consumer does: RECORDs, and
-    RECORDS, which a dafka-py producer then sends instead (dafka/batching.py)."""
-    return [proto.subscription(proto.RECORD, topic, exact=True), proto.subscription(proto.RECORDS, topic, exact=True)]
+    KEYED-RECORDS, which a dafka-py producer then sends instead (dafka/batching.py)."""
+    return [proto.subscription(proto.RECORD, topic, exact=True),
+            proto.subscription(batching.LIVE_BATCHES, topic, exact=True)]

@@ -61,7 +61,8 @@ class Fetch:
     end: int  # the last offset wanted
     deadline: float
     future: Future[dict[str, Any]]
-    records: dict[int, tuple[bytes, int | None]] = field(default_factory=dict)  # offset -> (value, unix ms)
+    # offset -> (value, unix ms or None, key or None)
+    records: dict[int, tuple[bytes, int | None, bytes | None]] = field(default_factory=dict)
     tail: int | None = None  # the oldest offset a store keeps, when it said the start is gone
     sent: float = 0.0
 
@@ -75,10 +76,10 @@ class Tail:
     :data:`TAIL_RATE` a second; the rest are counted, and said once a second at most."""
 
     topic: str
-    deliver: Callable[[list[tuple[str, int, bytes]], int], None]  # (records, skipped)
+    deliver: Callable[[list[tuple[str, int, bytes, bytes | None]], int], None]  # ((partition, offset, value, key), skipped)
     second: float = 0.0  # when the current second of the quota began
     passed: int = 0  # records passed on in it
-    pending: list[tuple[str, int, bytes]] = field(default_factory=list)
+    pending: list[tuple[str, int, bytes, bytes | None]] = field(default_factory=list)
     skipped: int = 0
     said: float = 0.0  # when deliver was last called
 
@@ -177,7 +178,7 @@ class ConsolePeer:
 
     def fetch(self, topic: str, partition: str, start: int, count: int, timeout: float = 2.0) -> Future[dict[str, Any]]:
         """Records ``start .. start+count-1`` of a partition (fewer past its head), from the stores (or its live
-        producer): a future of ``{"records": [(offset, value, unix_ms or None)], "tail": oldest kept or None,
+        producer): a future of ``{"records": [(offset, value, unix_ms or None, key or None)], "tail": oldest kept or None,
         "head": head}``."""
         future: Future[dict[str, Any]] = Future()
 
@@ -270,7 +271,7 @@ class ConsolePeer:
         a = self.address
         wanted = {proto.subscription(msg_id, a, exact=True) for msg_id in (
             proto.DIRECT_RECORD, proto.DIRECT_HEAD, proto.STORE_HELLO, proto.DIRECT_TAIL, proto.PEER_INFO)}
-        wanted.update(bulk.subscriptions(a))
+        wanted.update(bulk.subscriptions(a, keys=True))
         wanted.add(proto.subscription(proto.HEAD))
         wanted.add(proto.GROUP_MEMBER)
         wanted.add(proto.subscription(proto.STORE_MEMBER, exact=True))
@@ -345,10 +346,11 @@ class ConsolePeer:
                     model.malformed += 1
                     continue
                 kind = type(msg)
-                if kind is proto.RecordMsg or kind is proto.RecordsMsg:
+                if kind is proto.RecordMsg or kind is proto.RecordsMsg or kind is proto.KeyedRecordsMsg:
                     self._on_live(msg, now)
                     continue
-                if kind in (proto.DirectRecordsMsg, proto.DirectRecordMsg, proto.DirectTailMsg):
+                if kind in (proto.DirectRecordsMsg, proto.DirectKeyedRecordsMsg, proto.DirectRecordMsg,
+                            proto.DirectTailMsg):
                     self._on_answer(msg)
                     continue
                 if kind is proto.DirectPartitionsMsg:
@@ -392,11 +394,12 @@ class ConsolePeer:
                 continue
             if isinstance(msg, proto.DirectRecordMsg):
                 if fetch.start <= msg.sequence <= fetch.end:
-                    fetch.records.setdefault(msg.sequence, (msg.content, None))
+                    fetch.records.setdefault(msg.sequence, (msg.content, None, None))
                 continue
             assert isinstance(msg, proto.DirectRecordsMsg)
             stamps = msg.stamps
             values = proto.split_contents(msg.lengths, msg.contents)
+            keys = msg.key_list() or [None] * len(values)
             for i, value in enumerate(values):
                 offset = msg.sequence + i
                 if fetch.start <= offset <= fetch.end and offset not in fetch.records:
@@ -404,7 +407,7 @@ class ConsolePeer:
                     for first, unix_ms in stamps:
                         if first <= offset:
                             stamp = unix_ms if unix_ms != proto.UNKNOWN_TIME else None
-                    fetch.records[offset] = (value, stamp)
+                    fetch.records[offset] = (value, stamp, keys[i])
 
     def _check_fetches(self, now: float) -> None:
         waiting = []
@@ -440,10 +443,12 @@ class ConsolePeer:
         """A live record or batch of a followed topic: its newest records, as many as each tail has room for
         this second, wait to be passed on (after the messages at hand, by :meth:`_deliver`)."""
         split: Callable[[], list[bytes]]
-        if isinstance(msg, proto.RecordsMsg):
+        keys: list[bytes | None] | None = None
+        if isinstance(msg, proto.DirectRecordsMsg):  # RECORDS or KEYED-RECORDS
             topic, partition, first, count = msg.subject, msg.address, msg.sequence, msg.count
             lengths, contents = msg.lengths, msg.contents
             split = lambda: proto.split_contents(lengths, contents)  # noqa: E731
+            keys = msg.key_list()
         else:
             assert isinstance(msg, proto.RecordMsg)
             topic, partition, first, count = msg.subject, msg.address, msg.sequence, 1
@@ -457,7 +462,8 @@ class ConsolePeer:
                 continue  # over this second's quota: not even split into records
             if values is None:
                 values = split()
-            tail.pending.extend((partition, first + n, values[n]) for n in range(count - room, count))
+            tail.pending.extend((partition, first + n, values[n], keys[n] if keys else None)
+                                for n in range(count - room, count))
 
     def _deliver(self, now: float) -> None:
         for tails in self._tails.values():

@@ -75,6 +75,20 @@ def render(raw: bytes, fmt: str = "auto") -> tuple[str, str]:
     return "hex", hexdump(raw)
 
 
+def key_text(raw: bytes | None) -> str | None:
+    """A record's key as a page shows it: its text if it is printable UTF-8, else its bytes in hex, at most
+    200 characters; None for a record without a key."""
+    if raw is None:
+        return None
+    try:
+        text = raw.decode("utf-8")
+        if text.isprintable():
+            return text[:200]
+    except UnicodeDecodeError:
+        pass
+    return "0x " + raw[:66].hex(" ")
+
+
 def matches(raw: bytes, needle: bytes) -> bool:
     """Whether a search finds ``needle`` in a value (bytes, case-sensitive)."""
     return needle in raw

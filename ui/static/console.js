@@ -110,7 +110,7 @@ function tail(table) {
         const row = document.createElement("tr");
         row.dataset.offset = String(r.offset);
         for (const [text, cls] of [[r.partition.slice(0, 8) + "…", "mono"], [String(r.offset), "num mono"],
-                                   [r.size + " B", "num"]]) {
+                                   [r.size + " B", "num"], [r.key === null ? "–" : r.key, "mono key"]]) {
           const cell = document.createElement("td");
           cell.className = cls; cell.textContent = text; row.appendChild(cell);
         }
