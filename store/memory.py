@@ -3,8 +3,11 @@
 A burst leaves the store's RSS far above what it holds (issue 26): libzmq's I/O
 thread allocates every message it receives and the writer thread frees it, so
 glibc spreads them over several arenas and keeps the freed space; LevelDB's
-memtable stays full until the next write fills it.  Two things fix that:
+memtable stays full until the next write fills it.  Three things fix that:
 
+* :func:`dafka.heap.limit_arenas`, set when a writer starts: at most 2 arenas.  A thread that finds its
+  arena locked makes a new one, so a store starved of CPU had many, each keeping what was freed in it
+  (+46 MiB beside 3 busy processes through tests/test_store_memory.py's burst, +13-14 MiB with 2).
 * :func:`dafka.heap.mmap_large_blocks`, set when a writer starts: blocks of 1 MiB and more (LevelDB's
   write batches, what a burst makes as big) are mmapped, and so unmapped when
   freed.  glibc would otherwise raise that threshold to 32 MiB after the first
@@ -14,7 +17,7 @@ memtable stays full until the next write fills it.  Two things fix that:
   the memtable is written to disk, then ``malloc_trim(0)`` returns the free
   pages of every arena.  It takes about 10-20 ms, once per burst.
 
-On a C library without these calls (musl, macOS) both do nothing.
+On a C library without these calls (musl, macOS) they do nothing.
 """
 
 from __future__ import annotations

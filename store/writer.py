@@ -77,6 +77,7 @@ class Writer(RoleThread):
         self.idle_release = idle_ms / 1000 if idle_ms >= 0 else None
         self.releases = 0
         self._written_since_release: float | None = None  # when the last write since the last release was
+        heap.limit_arenas()  # a store starved of CPU stays within its bounds (dafka.heap.ARENAS)
         if self.idle_release is not None:
             heap.mmap_large_blocks()
         self.heartbeat_every = config["beacon/interval"] / 1000
