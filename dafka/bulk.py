@@ -49,6 +49,8 @@ class Negotiated:
         self.records: set[str] = set()  # subscribed R<requester>: DIRECT-RECORDS
         self.partitions: set[str] = set()  # subscribed P<requester>: DIRECT-PARTITIONS
         self.keyed: set[str] = set()  # subscribed V<requester>: DIRECT-KEYED-RECORDS in place of DIRECT-RECORDS
+        self.gaps: set[str] = set()  # subscribed N<requester>: reads DIRECT-GAP (rfc 19)
+        self.tails: set[str] = set()  # subscribed T<requester>: reads DIRECT-TAIL (a dafka-py peer, rfc 7.5)
 
     def on_subscription(self, sub: proto.Subscription) -> bool:
         """Take a subscription frame into account; True if it was about bulk answers."""
@@ -58,6 +60,10 @@ class Negotiated:
             which = self.partitions
         elif sub.msg_id == proto.DIRECT_KEYED_RECORDS:
             which = self.keyed
+        elif sub.msg_id == proto.DIRECT_GAP:
+            which = self.gaps
+        elif sub.msg_id == proto.DIRECT_TAIL:
+            which = self.tails
         else:
             return False
         if sub.topic:

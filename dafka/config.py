@@ -397,6 +397,18 @@ define("store/retention/ms", "int", -1, "age after which records are deleted; -1
        minimum=-1, unit=_MS)
 define("store/retention/bytes", "int", -1, "size per partition above which the oldest records "
        "are deleted; -1 = unlimited", minimum=-1, unit="bytes")
+define("store/compaction/topics", "str", "",
+       "compacted topics (rfc 19, Kafka's cleanup.policy=compact): comma-separated name patterns (fnmatch: "
+       "cdc.*,prices); stores keep at least the newest record of each key of their partitions, and may drop "
+       "older ones (retention still applies, as compact,delete). Every store of a cluster needs the same; "
+       "empty = none")
+define("store/compaction/tombstone_ms", "int", 86400000,
+       "a compacted topic's tombstone (a keyed record with an empty value: the key was deleted) is dropped this "
+       "long after a store received it, once no older record of its key is left (Kafka's delete.retention.ms)",
+       minimum=0, unit=_MS)
+define("store/compaction/budget", "int", 5000,
+       "record keys a store's compaction looks at in one step between two writes: it never holds writes up for "
+       "longer than such a step", minimum=100, unit="keys")
 define("store/replicas", "int", 0,
        "sharded stores (rfc 16): each partition lives on this many stores, placed by rendezvous hashing over "
        "the stores alive, and moved when stores come and go; 0 = every store holds every partition (RFC 46)",

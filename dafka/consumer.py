@@ -355,6 +355,7 @@ class Consumer(Generic[V]):
             "ready": len(self._state.ready),
             "malformed": self._state.malformed,
             "records_lost": self._state.records_lost,
+            "compacted_skipped": self._state.compacted_skipped,
             "peers": len(self._links),
             "heads_asked": self._state.heads_asked,
             "delivered": self._state.delivered,

@@ -102,6 +102,7 @@ class ConsumerState(RecordIntake):
         self.ready: deque[Record[bytes]] = deque()
         self.awaiting: set[Partition] = set()  # partitions that lack records known to exist: tick() looks at them
         self.records_lost = 0  # offsets passed over after a DIRECT-TAIL: nobody held them any more
+        self.compacted_skipped = 0  # offsets passed over after a DIRECT-GAP: compaction removed them (rfc 19)
         self.now = 0.0
         self.delivered = 0  # records put in the ready queue (counters for metrics)
         self.delivered_bytes = 0
@@ -149,7 +150,8 @@ class ConsumerState(RecordIntake):
         answers, also those that announce it to dafka-py peers)."""
         prefixes = [
             proto.subscription(msg_id, self.address, exact=True)
-            for msg_id in (proto.DIRECT_RECORD, proto.DIRECT_HEAD, proto.STORE_HELLO, proto.DIRECT_TAIL)
+            for msg_id in (proto.DIRECT_RECORD, proto.DIRECT_HEAD, proto.STORE_HELLO, proto.DIRECT_TAIL,
+                           proto.DIRECT_GAP)
         ]
         if self.group is not None:
             prefixes.append(proto.subscription(proto.GROUP_MEMBER, self.group.group, exact=True))
@@ -399,6 +401,11 @@ class ConsumerState(RecordIntake):
                 p = self._partition(msg.subject, msg.address, msg.sequence)
                 if p is not None:
                     self._on_tail(p, msg.sequence)
+        elif isinstance(msg, proto.DirectGapMsg):
+            if msg.topic == self.address and msg.subject in self.topics:
+                p = self._partition(msg.subject, msg.address, msg.sequence)
+                if p is not None and msg.sequence <= p.next < msg.end:
+                    self._skip_gap(p, msg.end)
         elif isinstance(msg, proto.GroupMemberMsg):
             if self.group is not None:
                 self.group.on_member(msg, self.now)
@@ -489,6 +496,17 @@ class ConsumerState(RecordIntake):
                 self._request(p)
             elif p.probing:
                 self._probe(p)  # caught up after a full queue, or a probe's window came back full: there may be more
+
+    def _skip_gap(self, p: Partition, end: int) -> None:
+        """Compaction removed the records from ``p.next`` up to ``end`` (rfc 19): nothing is lost (a newer
+        record of each one's key follows), and nothing is waited for."""
+        self.compacted_skipped += end - p.next
+        p.next = p.window_from = end
+        for stale in [s for s in p.pending if s < end]:
+            del p.pending[stale]
+        if end > p.head:
+            p.head = end - 1
+        self._after_delivery(p, end - 1)
 
     def _on_tail(self, p: Partition, oldest: int) -> None:
         if oldest <= p.next:

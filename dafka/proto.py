@@ -77,6 +77,9 @@ MAX_PEER_INFO = 65536  # bytes of a PEER-INFO's body at most
 KEYED_RECORDS = b"Q"
 DIRECT_KEYED_RECORDS = b"V"
 NO_KEY = 2**32 - 1  # a key length that says the record has no key (None), unlike an empty key (b"")
+# ...and the answer that says that compaction removed records (rfc section 19), for requesters that subscribe
+# ``N<own address>`` NUL: nothing is kept from ``sequence`` up to ``end``, exclusive.
+DIRECT_GAP = b"N"
 
 # Tower / beacon frames.
 BEACON = b"B"
@@ -221,6 +224,19 @@ class DirectTailMsg:
     address: str
     subject: str
     sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class DirectGapMsg:
+    """DIRECT-GAP (extension, rfc section 19): records ``sequence .. end-1``
+    of a partition are not kept, compaction removed them (a newer record of
+    each one's key is).  topic = requester address; ``end`` > ``sequence``."""
+
+    topic: str
+    address: str
+    subject: str
+    sequence: int
+    end: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,6 +407,7 @@ Message = Union[
     PeerInfoMsg,
     KeyedRecordsMsg,
     DirectKeyedRecordsMsg,
+    DirectGapMsg,
 ]
 
 MESSAGE_IDS: dict[type, bytes] = {
@@ -412,6 +429,7 @@ MESSAGE_IDS: dict[type, bytes] = {
     PeerInfoMsg: PEER_INFO,
     KeyedRecordsMsg: KEYED_RECORDS,
     DirectKeyedRecordsMsg: DIRECT_KEYED_RECORDS,
+    DirectGapMsg: DIRECT_GAP,
 }
 
 
@@ -498,6 +516,11 @@ def encode(msg: Message) -> list[bytes]:
             + _string(msg.subject, "subject")
             + _u64(msg.sequence)
         ]
+    if isinstance(msg, DirectGapMsg):
+        if msg.end <= msg.sequence:
+            raise ValueError(f"DIRECT-GAP of nothing: {msg.sequence}..{msg.end}")
+        return [_header(DIRECT_GAP, msg.topic) + _string(msg.address, "address") + _string(msg.subject, "subject")
+                + _u64(msg.sequence) + _u64(msg.end, "end")]
     if isinstance(msg, (GetHeadsMsg, StoreHelloMsg)):
         return [_header(MESSAGE_IDS[kind], msg.topic) + _string(msg.address, "address")]
     if isinstance(msg, ConsumerHelloMsg):
@@ -769,6 +792,15 @@ def decode(frames: Sequence[bytes]) -> Message:
         seq = r.u64()
         r.end()
         return AckMsg(topic, subject, seq)
+    if msg_id == DIRECT_GAP:
+        address = r.string("address")
+        subject = r.string("subject")
+        seq = r.u64()
+        end = r.u64("end")
+        r.end()
+        if end <= seq:
+            raise MalformedMessage(f"DIRECT-GAP of nothing: {seq}..{end}")
+        return DirectGapMsg(topic, address, subject, seq, end)
     if msg_id in _HEAD_LIKE:
         address = r.string("address")
         subject = r.string("subject")
@@ -912,6 +944,7 @@ _NAMES = {
     PEER_INFO: "PEER-INFO",
     KEYED_RECORDS: "KEYED-RECORDS",
     DIRECT_KEYED_RECORDS: "DIRECT-KEYED-RECORDS",
+    DIRECT_GAP: "DIRECT-GAP",
 }
 
 

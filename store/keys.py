@@ -15,7 +15,7 @@ This project adds two kinds of key, under prefixes the reference never reads
 (it only ever looks at 'M' and 'H' keys, so it is unaffected)::
 
     'I'                                             ->  empty: the end of the heads
-    'k' subject NUL address NUL seq(8, BE)          ->  the record's key (rfc section 18)
+    'k' subject NUL address NUL seq(8, BE)          ->  flag(1) and the record's key (rfc sections 18, 19)
     't' subject NUL address NUL first_seq(8, BE)    ->  msgpack [last_seq, unix_ms, nbytes]
     'v'                                             ->  msgpack format version (an int)
     'i'                                             ->  the store's identity: 32 hex digits, drawn once
@@ -34,7 +34,9 @@ accurate to :data:`STAMP_SPAN_MS`.  The oldest kept sequence of a partition
 (its *tail*) is not stored: it is the first 'M' key of the partition.
 
 A record's *key* (:data:`RECORD_KEY`) is kept beside its content, under the
-same partition and sequence, only for a record that has one: a partition of
+same partition and sequence, after a flag byte (:data:`TOMBSTONE` for a
+tombstone: a keyed record with an empty value, which a compacted topic drops
+in the end; :data:`KEYED` otherwise), only for a record that has one: a partition of
 unkeyed records has no 'k' entry, and the 'M' entries stay the reference's
 (a reference store that opens the database serves the values, without their
 keys).  Whatever deletes a partition's records (retention, a handover)
@@ -122,6 +124,15 @@ def record_key(subject: str | bytes, address: str | bytes, seq: int) -> bytes:
 
 def head_key(subject: str | bytes, address: str | bytes) -> bytes:
     return partition_prefix(HEAD, subject, address)
+
+
+TOMBSTONE = b"\x01"  # first byte of a 'k' entry's value: the record is a tombstone (its value is empty)
+KEYED = b"\x00"  # ...a record with a value
+
+
+def key_entry_value(key: bytes, content: bytes) -> bytes:
+    """The value of a record's ``k`` entry: the flag, then the key."""
+    return (KEYED if content else TOMBSTONE) + key
 
 
 def record_key_entry(subject: str | bytes, address: str | bytes, seq: int) -> bytes:

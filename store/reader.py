@@ -57,12 +57,21 @@ log = logging.getLogger(__name__)
 
 SLICE = 10_000  # records sent per loop iteration, across all answers
 DRAIN = 10_000  # requests handled per wake-up
+# What a requester learns of the records compaction removed from inside a partition (rfc 19): a DIRECT-GAP
+# (it subscribed N), a DIRECT-TAIL (a dafka-py peer of 0.2: it subscribed T), or an empty record in the place
+# of each (a reference peer, which would otherwise wait for them for ever).
+GAP, TAIL, FILL = "gap", "tail", "fill"
 STALL_TIMEOUT = 10.0  # seconds an answer may wait for room (pipe or budget) before it is dropped
 _STALL_POLL = 0.005  # seconds between attempts while every answer waits for room in a pipe
 _PAUSE_CHECK = 1.0  # seconds between looks at answers paused by the budget (only to drop old ones)
 PACE_RETRY = 1.0  # seconds between DIRECT-HEADs to a paused requester without bulk answers
 UNHEARD_WAIT = 5.0  # seconds a FETCH waits for its requester to subscribe to the answers before it is dropped
 UNHEARD_MAX = 10_000  # FETCHes waiting so at most (the oldest are dropped first)
+# A requester's subscriptions reach us when it connects, all at once but in the order of their bytes: D
+# (answer me) before N, R, T and V (what it reads).  A FETCH it sends on the other connection at once (on
+# a producer's HEAD) could meet D alone, and be answered without the keys it reads (DIRECT-RECORDs).  So a
+# FETCH waits until the requester's first subscription is this old: the rest have come by then.
+SETTLE = 0.1
 
 _SNDMORE_NOBLOCK = zmq.SNDMORE | zmq.NOBLOCK
 
@@ -180,6 +189,8 @@ class Reader(RoleThread):
         self.bulk_messages = 0  # DIRECT-RECORDS and DIRECT-PARTITIONS sent
         self.paced = 0  # DIRECT-HEADs that told a requester without bulk answers to ask again
         self.tails_sent = 0
+        self.gaps_sent = 0  # DIRECT-GAPs: holes compaction left, told to dafka-py requesters (rfc 19)
+        self.fillers_sent = 0  # ...and the empty records sent in their place to reference requesters
         self.heads_sent = 0
         self.hellos_sent = 0
         self.dropped = 0  # answers abandoned or messages not sent for lack of room
@@ -188,6 +199,8 @@ class Reader(RoleThread):
         self.unheard = 0  # FETCHes dropped: nobody subscribed to their answers
         # FETCHes from requesters not (yet) subscribed to their answers, by answer key: (deadline, FETCH)
         self._waiting: dict[tuple[str, str, str], tuple[float, proto.FetchMsg]] = {}
+        self._heard: dict[str, float] = {}  # requester -> when its first subscription came (see SETTLE)
+        self._settling: dict[tuple[str, str, str], tuple[float, proto.FetchMsg]] = {}  # FETCHes waiting for it
 
     # -- the thread -----------------------------------------------------------
 
@@ -203,9 +216,14 @@ class Reader(RoleThread):
                 timeout = self._wait_for_answers()
                 if self._waiting:
                     timeout = _PAUSE_CHECK if timeout is None else min(timeout, _PAUSE_CHECK)
+                if self._settling:
+                    due = max(0.0, min(at for at, _ in self._settling.values()) - time.monotonic())
+                    timeout = due if timeout is None else min(timeout, due)
                 loop.run_once(timeout)
                 if self._waiting:
                     self._drop_unheard(time.monotonic())
+                if self._settling:
+                    self._answer_settled(time.monotonic())
                 if self._answers and not self._stopping:
                     with self._shared.lock:
                         if self._db_ready():
@@ -276,11 +294,16 @@ class Reader(RoleThread):
             if sub.msg_id == proto.DIRECT_RECORD and sub.topic:
                 self._ledger.listening(sub.topic, sub.subscribe)
                 if not sub.subscribe:
+                    self._heard.pop(sub.topic, None)
                     self._abandon(sub.topic)
-                elif self._waiting:
+                    continue
+                self._heard.setdefault(sub.topic, time.monotonic())
+                if self._waiting:
                     self._heard_from(sub.topic)
                 continue
             if self._bulk.on_subscription(sub):
+                if sub.subscribe and sub.topic:
+                    self._heard.setdefault(sub.topic, time.monotonic())
                 if not sub.subscribe and sub.msg_id in (proto.DIRECT_RECORDS, proto.DIRECT_KEYED_RECORDS):
                     self._abandon(sub.topic)
                 elif sub.subscribe and self._waiting:
@@ -427,12 +450,29 @@ class Reader(RoleThread):
                 del self._waiting[next(iter(self._waiting))]
                 self.unheard += 1
             return
+        self._on_fetch_heard(msg)
+
+    def _on_fetch_heard(self, msg: proto.FetchMsg) -> None:
+        """A FETCH whose requester subscribed to its answers: answered now, or once its subscriptions settled."""
+        heard = self._heard.get(msg.address)
+        if heard is not None and time.monotonic() < heard + SETTLE:
+            key = (msg.address, msg.subject, msg.topic)
+            self._settling.pop(key, None)
+            self._settling[key] = (heard + SETTLE, msg)
+            return
         self._answer(msg)
+
+    def _answer_settled(self, now: float) -> None:
+        """Answer the FETCHes that waited for their requester's subscriptions (SETTLE)."""
+        for key, (at, msg) in list(self._settling.items()):
+            if at <= now:
+                del self._settling[key]
+                self._answer(msg)
 
     def _heard_from(self, requester: str) -> None:
         """``requester`` subscribed to its answers: answer the FETCHes it sent before."""
         for key in [key for key in self._waiting if key[0] == requester]:
-            self._answer(self._waiting.pop(key)[1])
+            self._on_fetch_heard(self._waiting.pop(key)[1])
 
     def _drop_unheard(self, now: float) -> None:
         """Drop the FETCHes whose requester has not subscribed within UNHEARD_WAIT (oldest first)."""
@@ -446,8 +486,9 @@ class Reader(RoleThread):
 
     def _answer(self, msg: proto.FetchMsg) -> None:
         try:
-            answer = _Answer(msg.address, msg.subject, msg.topic, msg.sequence, msg.count,
-                             msg.address in self._bulk.records, msg.address in self._bulk.keyed)
+            requester = msg.address
+            answer = _Answer(requester, msg.subject, msg.topic, msg.sequence, msg.count,
+                             requester in self._bulk.records, requester in self._bulk.keyed)
         except ValueError:  # a requester address the wire cannot carry back
             self.malformed += 1
             return
@@ -555,7 +596,10 @@ class Reader(RoleThread):
         key = first[0] if answer.it is not None else first
         seq = keys.seq_of(key[-keys.SEQ_BYTES:])
         self.fetches += 1
-        if seq > answer.next:
+        if seq > answer.next and self._holes(answer) != TAIL and answer.next >= self._first_kept(answer.prefix):
+            # a hole inside the partition: records that compaction removed (rfc 19)
+            self._hole(answer, answer.next, seq)
+        elif seq > answer.next:
             # From the oldest record kept on, as many as were asked for (section 7.5).
             tail = proto.encode(proto.DirectTailMsg(answer.requester, answer.producer, answer.subject, seq))
             answer.carry.append((tail, seq, seq))
@@ -567,6 +611,38 @@ class Reader(RoleThread):
             answer.left -= 1
             answer.next = seq + 1
         return True
+
+    def _first_kept(self, prefix: bytes) -> int:
+        """The partition's oldest kept record (its tail); past the end of the partition if none is."""
+        first = next(self._db.iterator(start=_key(prefix, self._from(prefix, 0)), stop=keys.prefix_end(prefix),
+                                       include_value=False), None)
+        return proto.MAX_SEQUENCE + 1 if first is None else keys.seq_of(first[-keys.SEQ_BYTES:])
+
+    def _holes(self, answer: _Answer) -> str:
+        """What ``answer``'s requester is told of the records compaction removed: GAP if it subscribed N, else
+        TAIL if it reads bulk answers or subscribed T (a dafka-py peer), else FILL (a reference peer).  Asked
+        when a hole is met, not when the FETCH came: its subscriptions come on another connection, D first."""
+        requester = answer.requester
+        if requester in self._bulk.gaps:
+            return GAP
+        return TAIL if answer.bulk or requester in self._bulk.tails else FILL
+
+    def _hole(self, answer: _Answer, first: int, end: int) -> None:
+        """Records ``first .. end-1`` are gone from inside the partition (compaction removed them, rfc 19):
+        a DIRECT-GAP says so to a requester that reads it; a reference peer, which could only wait for them,
+        gets an empty record for each (as many as it asked for)."""
+        if self._holes(answer) == GAP:
+            gap = proto.encode(proto.DirectGapMsg(answer.requester, answer.producer, answer.subject, first, end))
+            answer.carry.append((gap, end, end))
+            self.gaps_sent += 1
+            answer.end = min(answer.end + end - first, proto.MAX_SEQUENCE + 1)  # as many records as asked for
+        else:
+            stop = min(end, first + max(answer.left, 0), answer.end)
+            for seq in range(first, stop):
+                answer.carry.append(([answer.out_prefix + keys.seq_bytes(seq), b""], seq, seq + 1))
+            answer.left -= stop - first
+            self.fillers_sent += stop - first
+        answer.next = end
 
     def _send_direct(self, answer: _Answer, budget: int, room: int, end: int) -> int:
         """DIRECT-RECORDs from the answer's iterator, one message per record,
@@ -582,9 +658,20 @@ class Reader(RoleThread):
             return 0
         sent = spent = 0
         first_seq8 = last_seq8 = None
+        fill = self._holes(answer) == FILL
+        expected = answer.next
         for key, value in answer.it:
             seq8 = key[-8:]
             frame = out_prefix + seq8
+            if fill:
+                seq = keys.seq_of(seq8)
+                if seq > expected:  # a hole compaction left: an empty record for each offset, first (rfc 19)
+                    self._hole(answer, expected, seq)
+                    answer.carry.append(([frame, value], seq, seq + 1))
+                    answer.left -= 1
+                    answer.next = seq + 1
+                    break
+                expected = seq + 1
             try:
                 raw_send(xpub, frame, _SNDMORE_NOBLOCK)
             except zmq.Again:
@@ -631,8 +718,23 @@ class Reader(RoleThread):
             values = list(islice(db.iterator(start=_key(prefix, self._from(prefix, first)), stop=_key(prefix, first + n),
                                              include_key=False, fill_cache=False), n))
             if len(values) != n:
-                first, values = self._contiguous_run(answer, first, n, head)
+                start, values = self._contiguous_run(answer, first, n, head)
+                gaps = self._holes(answer) == GAP
+                if start > first and gaps and not answer.exhausted:
+                    # records compaction removed (rfc 19): said in one message, and the answer goes on
+                    gap = proto.encode(proto.DirectGapMsg(answer.requester, answer.producer, answer.subject,
+                                                          first, start))
+                    self.gaps_sent += 1
+                    answer.next = start
+                    answer.end = min(answer.end + start - first, proto.MAX_SEQUENCE + 1)
+                    end = min(end + start - first, proto.MAX_SEQUENCE + 1)
+                    if not self._send_message(answer, gap, start, start):
+                        answer.carry.append((gap, start, start))
+                        break
+                first = start
                 if not values:
+                    if gaps and not answer.exhausted:
+                        continue
                     break
             n = len(values)
             lengths, contents = proto.pack_contents(values)
@@ -654,8 +756,8 @@ class Reader(RoleThread):
     def _record_keys(self, prefix: bytes, first: int, n: int) -> tuple[bytes, bytes]:
         """Frames 4 and 5 of a DIRECT-KEYED-RECORDS of records ``first .. first+n-1``: their keys, kept
         apart from the records (store/keys.py), read in one seek (which finds none in an unkeyed topic)."""
-        found = {keys.seq_of(key[-keys.SEQ_BYTES:]): value for key, value in self._db.iterator(
-            start=_key(prefix, first), stop=_key(prefix, first + n), fill_cache=False)}
+        found = {keys.seq_of(key[-keys.SEQ_BYTES:]): value[1:] for key, value in self._db.iterator(
+            start=_key(prefix, first), stop=_key(prefix, first + n), fill_cache=False)}  # (after the flag)
         if not found:
             return b"", b""
         return proto.pack_keys([found.get(seq) for seq in range(first, first + n)])
@@ -749,7 +851,7 @@ class Reader(RoleThread):
         if end > first:
             self._ledger.sent(answer.requester, answer.partition, first, end,
                               sum(map(len, frames)) + MESSAGE_OVERHEAD)
-            if len(frames) == 3:
+            if len(frames) >= 3:
                 self.bulk_messages += 1
         return True
 

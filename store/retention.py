@@ -53,7 +53,8 @@ class Cut:
     puts: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
-def _stamps(db, p: Partition) -> Iterable[keys.Stamp]:
+def stamps(db, p: Partition) -> Iterable[keys.Stamp]:
+    """The partition's stamps from its floor on, oldest first."""
     # Stamps below the floor were deleted with their records (the one that straddled it was moved to it).
     for key, value in db.iterator(start=p.stamp_prefix + keys.seq_bytes(p.floor), stop=keys.prefix_end(p.stamp_prefix)):
         try:
@@ -92,7 +93,7 @@ def plan_partition(db, p: Partition, now_ms: int, retention_ms: int, retention_b
     time_limit = -1  # delete every sequence <= time_limit
     if retention_ms >= 0:
         cutoff = now_ms - retention_ms
-        for stamp in _stamps(db, p):
+        for stamp in stamps(db, p):
             if stamp.unix_ms > cutoff:
                 break
             time_limit = stamp.last
@@ -100,7 +101,7 @@ def plan_partition(db, p: Partition, now_ms: int, retention_ms: int, retention_b
     if time_limit < 0 and need <= 0:
         return None
 
-    first_stamp = next(iter(_stamps(db, p)), None)
+    first_stamp = next(iter(stamps(db, p)), None)
     covered_from = first_stamp.first if first_stamp is not None else cap + 1
     walked: list[tuple[int, int]] = []  # (seq, size) of deleted records
     deletes: list[bytes] = []
@@ -124,7 +125,7 @@ def plan_partition(db, p: Partition, now_ms: int, retention_ms: int, retention_b
                            stop=p.record_keys_prefix + keys.seq_bytes(new_tail), include_value=False)
     cut = Cut(p, new_tail, records, freed, deletes)
     # Stamps: drop those wholly deleted, rewrite the one that straddles new_tail.
-    for stamp in _stamps(db, p):
+    for stamp in stamps(db, p):
         if stamp.first >= new_tail:
             break
         cut.deletes.append(keys.stamp_key(p.subject, p.address, stamp.first))

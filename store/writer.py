@@ -25,7 +25,7 @@ from dafka.config import Config, ConfigError
 from dafka.loop import Loop
 from dafka.peer import drain_records, queue_messages
 
-from . import compaction, keys, memory, retention
+from . import cleaner, compaction, keys, memory, retention
 from .database import SharedDB
 from .errors import StoreError
 from .placement import Placement
@@ -63,6 +63,13 @@ class Writer(RoleThread):
         self.retention_bytes = config["store/retention/bytes"]
         self._retains = self.retention_ms >= 0 or self.retention_bytes >= 0
         self._compacts = bool(config["store/offsets/compact"])
+        # compacted topics (rfc 19, store/cleaner.py): one pass at a time, a step each housekeeping
+        self._compaction = cleaner.Topics(config["store/compaction/topics"])
+        self.tombstone_ms = config["store/compaction/tombstone_ms"]
+        self.compaction_budget = config["store/compaction/budget"]
+        self._pass: cleaner.Pass | None = None
+        self.compaction_deleted = 0  # records of compacted topics deleted as superseded (or old tombstones)
+        self.compaction_passes = 0
         self.offsets_retention_ms = config["store/offsets/retention_ms"]
         self.compacted = 0  # offsets-topic records deleted as superseded
         self.expired = 0  # offsets-topic partitions deleted whole
@@ -106,6 +113,7 @@ class Writer(RoleThread):
             proto.subscription(proto.HEAD),
             proto.subscription(proto.DIRECT_RECORD, address, exact=True),
             proto.subscription(proto.DIRECT_TAIL, address, exact=True),
+            proto.subscription(proto.DIRECT_GAP, address, exact=True),
             proto.subscription(proto.DIRECT_HEAD, address, exact=True),
         ]
         if config["store/bulk"]:
@@ -198,7 +206,7 @@ class Writer(RoleThread):
             while not self._stopping:
                 now = time.monotonic()
                 timeout = max(0.0, next_tick - now) if state.awaiting else None
-                if state.failed is not None or self._retains or self._has_offsets():
+                if state.failed is not None or self._retains or self._has_offsets() or self._compaction:
                     wait = max(0.0, next_housekeeping - now)
                     timeout = wait if timeout is None else min(timeout, wait)
                 if self._written_since_release is not None:
@@ -416,7 +424,41 @@ class Writer(RoleThread):
             return False
         if self.retention_ms >= 0 or self.retention_bytes >= 0:
             self._retention()
-        return self._compacts and self._compact_offsets()
+        more = bool(self._compaction) and self._compact_step()
+        return (self._compacts and self._compact_offsets()) or more
+
+    def _compact_step(self) -> bool:
+        """One step of a compaction pass (store/cleaner.py), a new pass if one is due; True while one goes on."""
+        now_ms = int(time.time() * 1000)
+        cleaning = self._pass
+        if cleaning is not None and self.state.partitions.get(
+                (cleaning.partition.subject, cleaning.partition.address)) is not cleaning.partition:
+            cleaning = self._pass = None  # the partition went (handed over, deleted)
+        if cleaning is None:
+            p = cleaner.due(list(self.state.partitions.values()), self._compaction, now_ms)
+            if p is None:
+                return False
+            cleaning = self._pass = cleaner.Pass(p, cleaner.tombstone_limit(self._db, p, now_ms, self.tombstone_ms))
+        deletes = cleaning.step(self._db, self.compaction_budget)
+        if deletes:
+            try:
+                self._write_checked([], [], deletes)
+            except (plyvel.Error, OSError, StoreError) as exc:
+                self.write_errors += 1
+                self.last_error = str(exc)
+                self._pass = None  # started again, from what is in the database
+                log.error("store writer %s: compaction could not delete records (%s); will retry", self.address, exc)
+                return False
+            self.compaction_deleted += len(deletes) // 2
+        if cleaning.done:
+            cleaning.finish(now_ms, self.tombstone_ms)
+            self._pass = None
+            self.compaction_passes += 1
+            p = cleaning.partition
+            log.log(logging.INFO if self.verbose else logging.DEBUG,
+                    "store: compacted %s/%s up to %d: %d records deleted, %d keyed kept",
+                    p.subject, p.address, cleaning.end, cleaning.deleted, cleaning.kept)
+        return True
 
     def _has_offsets(self) -> bool:
         """True if the offsets topics need the housekeeping timer: some partition of one is in the database."""

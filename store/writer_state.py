@@ -57,6 +57,7 @@ class Partition:
         "fetch_seq", "fetch_end", "fetched_at", "progress_at", "tick_head", "tail_hint",
         "batch_first", "batch_bytes", "stamp_first", "stamp_last", "stamp_start_ms", "stamp_bytes",
         "total_bytes", "record_size", "compacted", "heard", "floor", "reacked", "reack_every", "heads_since",
+        "cleaned", "clean_keys", "tombstones_due_ms", "written_ms",
     )
 
     def __init__(self, subject: str, address: str, head: int = -1) -> None:
@@ -86,6 +87,12 @@ class Partition:
         self.total_bytes = 0  # content bytes stored (exact only when loaded from stamps)
         self.record_size = -1  # estimated content size, sampled from the open batch when fetching
         self.compacted = -1  # offsets topics: the head the last compaction pass looked at (store/compaction.py)
+        # Compacted topics (store/cleaner.py): every record up to here was compacted by the last pass, which kept
+        # clean_keys keyed records; it kept tombstones to look at again from tombstones_due_ms (unix ms; -1: none).
+        self.cleaned = -1
+        self.clean_keys = 0
+        self.tombstones_due_ms = -1
+        self.written_ms = 0  # when its last batch was written (unix ms)
         self.heard = float("-inf")  # when its producer's last HEAD came (monotonic)
         # Every record below this sequence was deleted (by retention or compaction, in this process): seeks start
         # here, not at the partition's first key, which would walk LevelDB over each deleted key's tombstone.
@@ -166,6 +173,7 @@ class WriterState(RecordIntake):
         self.duplicates = 0
         self.dropped = 0  # records refused while a write is failing, or beyond the buffer
         self.skipped = 0  # sequences skipped after a DIRECT-TAIL
+        self.compacted_skipped = 0  # ...after a DIRECT-GAP: another store compacted them away
 
     # -- partitions ---------------------------------------------------------
 
@@ -304,6 +312,17 @@ class WriterState(RecordIntake):
                 p = self._partition(subject, address, head)
                 if p is not None:
                     self._on_head(p, head)
+        elif kind is proto.DirectGapMsg:
+            # Another store compacted these records away (rfc 19): a newer record of each key follows them.
+            if msg.topic == self.address:
+                p = self._partition(msg.subject, msg.address)
+                if p is not None and msg.sequence <= p.head + 1 < msg.end:
+                    self.compacted_skipped += msg.end - 1 - p.head
+                    self._drop_below(p, msg.end)
+                    p.head = msg.end - 1
+                    if p.known_head < p.head:
+                        p.known_head = p.head
+                    self._after_store(p)
         elif kind is proto.DirectTailMsg:
             if msg.topic == self.address:
                 p = self._partition(msg.subject, msg.address)
@@ -362,7 +381,7 @@ class WriterState(RecordIntake):
             for seq, key in zip(range(start, end), record_keys[start - first:]):
                 if key is not None:
                     self._keys.append(p.record_keys_prefix + seq.to_bytes(8, "big"))
-                    self._values.append(key)
+                    self._values.append(keys.key_entry_value(key, values[seq - start]))
         self._staged += end - start
         p.head = end - 1
         p.batch_bytes += sum(map(len, values))
@@ -378,7 +397,7 @@ class WriterState(RecordIntake):
         self._values.append(content)
         if key is not None:
             self._keys.append(p.record_keys_prefix + seq.to_bytes(8, "big"))
-            self._values.append(key)
+            self._values.append(keys.key_entry_value(key, content))
         self._staged += 1
         p.head = seq
         p.batch_bytes += len(content)
@@ -512,6 +531,7 @@ class WriterState(RecordIntake):
             batch_keys.append(p.stamp_prefix + p.stamp_first.to_bytes(8, "big"))
             values.append(keys.encode_stamp(p.head, unix_ms, p.stamp_bytes))
             p.total_bytes += p.batch_bytes
+            p.written_ms = unix_ms
             nbytes += p.batch_bytes
             acks.append((p, p.head))
             p.batch_first = -1

@@ -354,6 +354,37 @@ def test_keys_travel_only_in_the_keyed_kinds():
         proto.decode(frames[:3])  # a keyed message cut to a RECORDS' frames is refused, not read without keys
 
 
+@st.composite
+def direct_gaps(draw):
+    first = draw(st.integers(0, MAX_SEQ - 1))
+    return proto.DirectGapMsg(draw(topics), draw(strings), draw(strings), first, draw(st.integers(first + 1, MAX_SEQ)))
+
+
+@ROUND_TRIP
+@given(direct_gaps())
+@example(proto.DirectGapMsg("", "", "", 0, 1))
+@example(proto.DirectGapMsg("c", "p", "t", MAX_SEQ - 1, MAX_SEQ))
+def test_direct_gap_round_trip(msg):
+    _round_trip(msg)
+
+
+@FUZZ
+@given(direct_gaps(), st.integers(0, 120), st.binary(min_size=1, max_size=4))
+def test_decode_damaged_direct_gap(msg, at, garbage):
+    frame = bytearray(proto.encode(msg)[0])
+    at = min(at, len(frame))
+    frame[at:at + len(garbage)] = garbage
+    _decodes_canonically_or_is_malformed([bytes(frame)])
+
+
+def test_a_direct_gap_covers_at_least_one_record():
+    with pytest.raises(ValueError, match="of nothing"):
+        proto.encode(proto.DirectGapMsg("c", "p", "t", 5, 5))
+    frame = proto.encode(proto.DirectGapMsg("c", "p", "t", 5, 6))[0]
+    with pytest.raises(MalformedMessage, match="of nothing"):
+        proto.decode([frame[:-8] + (5).to_bytes(8, "big")])
+
+
 @ROUND_TRIP
 @given(st.builds(DirectPartitionsMsg, topics, strings, strings,
                  st.lists(st.builds(PartitionInfo, strings, strings, sequences, sequences), max_size=8).map(tuple),

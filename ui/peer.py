@@ -65,9 +65,10 @@ class Fetch:
     records: dict[int, tuple[bytes, int | None, bytes | None]] = field(default_factory=dict)
     tail: int | None = None  # the oldest offset a store keeps, when it said the start is gone
     sent: float = 0.0
+    compacted: set[int] = field(default_factory=set)  # offsets of the range compaction removed (DIRECT-GAP)
 
     def complete(self) -> bool:
-        return all(o in self.records for o in range(self.start, self.end + 1))
+        return all(o in self.records or o in self.compacted for o in range(self.start, self.end + 1))
 
 
 @dataclass
@@ -270,7 +271,8 @@ class ConsolePeer:
             return set()
         a = self.address
         wanted = {proto.subscription(msg_id, a, exact=True) for msg_id in (
-            proto.DIRECT_RECORD, proto.DIRECT_HEAD, proto.STORE_HELLO, proto.DIRECT_TAIL, proto.PEER_INFO)}
+            proto.DIRECT_RECORD, proto.DIRECT_HEAD, proto.STORE_HELLO, proto.DIRECT_TAIL, proto.DIRECT_GAP,
+            proto.PEER_INFO)}
         wanted.update(bulk.subscriptions(a, keys=True))
         wanted.add(proto.subscription(proto.HEAD))
         wanted.add(proto.GROUP_MEMBER)
@@ -350,7 +352,7 @@ class ConsolePeer:
                     self._on_live(msg, now)
                     continue
                 if kind in (proto.DirectRecordsMsg, proto.DirectKeyedRecordsMsg, proto.DirectRecordMsg,
-                            proto.DirectTailMsg):
+                            proto.DirectTailMsg, proto.DirectGapMsg):
                     self._on_answer(msg)
                     continue
                 if kind is proto.DirectPartitionsMsg:
@@ -378,7 +380,8 @@ class ConsolePeer:
         self._send_fetch(fetch)
 
     def _send_fetch(self, fetch: Fetch) -> None:
-        first = next((o for o in range(fetch.start, fetch.end + 1) if o not in fetch.records), fetch.start)
+        first = next((o for o in range(fetch.start, fetch.end + 1)
+                      if o not in fetch.records and o not in fetch.compacted), fetch.start)
         fetch.sent = time.monotonic()
         self.xpub.send_multipart(proto.encode(proto.FetchMsg(
             fetch.partition, self.address, fetch.topic, first, fetch.end - first + 1)))
@@ -386,6 +389,9 @@ class ConsolePeer:
     def _on_answer(self, msg: proto.Message) -> None:
         for fetch in self._fetches:
             if fetch.topic != getattr(msg, "subject", None) or fetch.partition != getattr(msg, "address", None):
+                continue
+            if isinstance(msg, proto.DirectGapMsg):
+                fetch.compacted.update(range(max(msg.sequence, fetch.start), min(msg.end, fetch.end + 1)))
                 continue
             if isinstance(msg, proto.DirectTailMsg):
                 if msg.sequence > fetch.start:
