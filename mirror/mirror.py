@@ -220,7 +220,10 @@ class Mirror:
                         continue
                     copy = state.on_records(topic, partition, run[0][2], list(map(_VALUES, run)), now)
                     if copy is not None:
-                        self._copy(producers[(topic, partition)], copy.partition, copy.first, copy.values)
+                        # the records' keys go with them (rfc 18), when any has one
+                        keys = [r.key for r in run[copy.first - run[0][2]:]]
+                        self._copy(producers[(topic, partition)], copy.partition, copy.first, copy.values,
+                                   keys if any(k is not None for k in keys) else None)
                 if state.to_resume:
                     self._start_resumes(now)
                 if self._resuming:
@@ -231,9 +234,10 @@ class Mirror:
         finally:
             self.close()
 
-    def _copy(self, producer: Producer[bytes], p: Partition, first: int, values: Sequence[bytes]) -> None:
+    def _copy(self, producer: Producer[bytes], p: Partition, first: int, values: Sequence[bytes],
+              keys: Sequence[bytes | None] | None = None) -> None:
         try:
-            producer.send_many(values, offset=first)
+            producer.send_many(values, keys=keys, offset=first)
         except PartitionClaimed as exc:
             self._drop_producer(p.key)
             self.state.on_claimed(p.key, str(exc))

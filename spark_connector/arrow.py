@@ -15,6 +15,8 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from dafka import proto
+
 from .options import DafkaSparkError
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -56,6 +58,37 @@ def binary_from_lengths(lengths: bytes, contents: bytes) -> pa.Array:
                                                   pa.py_buffer(contents)])
 
 
+def null_binaries(n: int) -> pa.Array:
+    """A binary column of ``n`` nulls (the keys of records without one)."""
+    return pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(np.zeros((n + 7) // 8, dtype=np.uint8)),
+                                                  pa.py_buffer(np.zeros(n + 1, dtype=np.int32)), pa.py_buffer(b"")],
+                                 null_count=n)
+
+
+def keys_from_lengths(lengths: bytes, keys: bytes, n: int) -> pa.Array:
+    """The key column of a DIRECT-KEYED-RECORDS of ``n`` records from its frames 4 and 5 (rfc section 18):
+    ``keys`` is its data buffer as it is; a length of 2^32-1 is a record without a key (null)."""
+    if not lengths:
+        return null_binaries(n)
+    sizes = np.frombuffer(lengths, dtype="<u4").astype(np.int64)
+    known = sizes != proto.NO_KEY
+    sizes[~known] = 0
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    if known.all():
+        return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)),
+                                                      pa.py_buffer(keys)])
+    return pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(np.packbits(known, bitorder="little")),
+                                                  pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(keys)],
+                                 null_count=n - int(np.count_nonzero(known)))
+
+
+def keys_of(keys: Sequence[bytes | None]) -> pa.Array:
+    """A key column of ``keys`` (None: a record without a key)."""
+    lengths, packed = proto.pack_keys(keys)
+    return keys_from_lengths(lengths, packed, len(keys))
+
+
 def int64s(values: np.ndarray) -> pa.Array:
     """A long column of ``values`` (any integer dtype)."""
     data = np.ascontiguousarray(values, dtype=np.int64)
@@ -80,7 +113,7 @@ def null_timestamps(n: int) -> pa.Array:
 
 class Batches:
     """Record batches of one partition in the source's ``schema`` (topic,
-    partition, offset, value, timestamp); the constant columns are built once."""
+    partition, offset, value, timestamp, key); the constant columns are built once."""
 
     def __init__(self, schema: pa.Schema, topic: str, partition: str) -> None:
         self.schema = schema
@@ -89,9 +122,10 @@ class Batches:
         self._topics = repeated(topic, 0)
         self._partitions = repeated(partition, 0)
 
-    def batch(self, offsets: np.ndarray, values: Sequence[bytes] | pa.Array, times: pa.Array) -> pa.RecordBatch:
+    def batch(self, offsets: np.ndarray, values: Sequence[bytes] | pa.Array, times: pa.Array,
+              keys: pa.Array | None = None) -> pa.RecordBatch:
         """A batch of records at ``offsets``; ``values`` a list of contents or
-        a binary column already."""
+        a binary column already; ``keys`` their key column (None: no record has one)."""
         n = len(values)
         if n > len(self._topics):
             self._topics = repeated(self.topic, n)
@@ -99,6 +133,7 @@ class Batches:
         if not isinstance(values, pa.Array):
             values = binary(values)
         return pa.RecordBatch.from_arrays(
-            [self._topics.slice(0, n), self._partitions.slice(0, n), int64s(offsets), values, times],
+            [self._topics.slice(0, n), self._partitions.slice(0, n), int64s(offsets), values, times,
+             null_binaries(n) if keys is None else keys],
             schema=self.schema,
         )

@@ -120,10 +120,11 @@ class LivePeer:
             self.xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
             self.sub = self._socket(zmq.SUB)
             self.sub.rcvhwm = RCVHWM
-            for msg_id in (proto.DIRECT_RECORD, proto.DIRECT_HEAD, proto.STORE_HELLO, proto.DIRECT_TAIL):
+            for msg_id in (proto.DIRECT_RECORD, proto.DIRECT_HEAD, proto.STORE_HELLO, proto.DIRECT_TAIL,
+                           proto.DIRECT_GAP):
                 self.sub.setsockopt(zmq.SUBSCRIBE, proto.subscription(msg_id, self.address, exact=True))
             if config["consumer/bulk"]:
-                for prefix in bulk.subscriptions(self.address):
+                for prefix in bulk.subscriptions(self.address, keys=True):
                     self.sub.setsockopt(zmq.SUBSCRIBE, prefix)
             self.monitor = self.sub.get_monitor_socket(_MONITOR_EVENTS)
             self._sockets.append(self.monitor)
@@ -428,10 +429,11 @@ def fetch_range(
     fetch_timeout: float,
     direct: Sequence[ReaderAt] = (),
     tower_fallback: bool = True,
-) -> Iterator[tuple[int, pa.Array, pa.Array]]:
+) -> Iterator[tuple[int, pa.Array, pa.Array, pa.Array]]:
     """Records ``start .. end-1`` of a partition, as ``(first offset, values,
-    receive times)`` chunks of consecutive records (Arrow binary and
-    timestamp arrays; the time is null where no store said).
+    receive times, keys)`` chunks of consecutive records (Arrow binary,
+    timestamp and binary arrays; the time is null where no store said, the
+    key where the record has none).
 
     ``readers`` are the store readers that held the partition at planning;
     ``from_earliest`` says ``start`` was "earliest", so records deleted by
@@ -487,7 +489,7 @@ class _RangeReader:
         self.bulk = bool(peer.config["consumer/bulk"])  # answered with DIRECT-RECORDS by dafka-py peers
         self.nxt = start  # the next offset to read
         self.first = start  # the offset of the first record collected and not yet yielded
-        self.parts: list[tuple[pa.Array, pa.Array]] = []
+        self.parts: list[tuple[pa.Array, pa.Array, pa.Array]] = []  # (values, times, keys)
         self.loose: list[bytes] = []
         self.rows = 0
         self.size = 0
@@ -496,6 +498,7 @@ class _RangeReader:
         self.received = 0  # content bytes received in the current window
         self.fetched_at = 0.0
         self.progress_at = time.monotonic()
+        self.compacted = False  # the skip at hand is a DIRECT-GAP's (rfc 19), not a loss
 
     def fetch(self) -> None:
         nxt = self.nxt
@@ -506,7 +509,7 @@ class _RangeReader:
         self.window_from, self.window_end, self.received = nxt, nxt + count, 0
         self.fetched_at = time.monotonic()
 
-    def run(self) -> Iterator[tuple[int, pa.Array, pa.Array]]:
+    def run(self) -> Iterator[tuple[int, pa.Array, pa.Array, pa.Array]]:
         sub = self.peer.sub
         recv = sub.recv
         from_bytes = int.from_bytes
@@ -571,7 +574,8 @@ class _RangeReader:
         """A message that is not one of our DIRECT-RECORDs: a DIRECT-RECORDS
         for us is taken in; returns the sequence of a DIRECT-TAIL for us that
         skips records, else None (a store reader's STORE-HELLO goes to the peer)."""
-        if len(frames) == 3 and frames[0][:1] == proto.DIRECT_RECORDS:
+        if (len(frames) == 3 and frames[0][:1] == proto.DIRECT_RECORDS) or (
+                len(frames) == 5 and frames[0][:1] == proto.DIRECT_KEYED_RECORDS):
             try:
                 msg = proto.decode(frames)
             except proto.MalformedMessage:
@@ -579,9 +583,11 @@ class _RangeReader:
             if msg.topic == self.peer.address and msg.address == self.partition and msg.subject == self.topic:
                 self._records(msg)
         elif len(frames) == 1:
-            tail = _tail(frames[0], self.peer, self.topic, self.partition)
-            if tail is not None and tail > self.nxt:
-                return tail
+            skip = _tail(frames[0], self.peer, self.topic, self.partition, self.nxt)
+            if skip is not None and skip[0] > self.nxt:
+                if skip[1]:  # compaction removed them: nothing lost
+                    self.compacted = True
+                return skip[0]
         return None
 
     def _records(self, msg: proto.DirectRecordsMsg) -> None:
@@ -591,19 +597,23 @@ class _RangeReader:
         if stop <= nxt or first > nxt:
             return  # duplicates, or ahead of a gap (fetched again)
         values = arrow.binary_from_lengths(msg.lengths, msg.contents)
+        keys = arrow.keys_from_lengths(msg.key_lengths, msg.keys, msg.count)
         if nxt > first or stop < first + msg.count:
             values = values.slice(nxt - first, stop - nxt)
+            keys = keys.slice(nxt - first, stop - nxt)
         self._loose_to_part()
-        self.parts.append((values, _times(msg.stamps, nxt, stop)))
+        self.parts.append((values, _times(msg.stamps, nxt, stop), keys))
         self.rows += stop - nxt
         self.size += values.nbytes
         self.received += len(msg.contents)
         self.nxt = stop
 
     def _skip_to(self, tail: int) -> None:
-        """Records before ``tail`` were deleted by a store's retention."""
+        """Records before ``tail`` were deleted by a store's retention (or, :attr:`compacted`, by compaction:
+        a newer record of each one's key follows)."""
         nxt, end = self.nxt, self.end
-        if not (self.from_earliest and nxt == self.start):
+        compacted, self.compacted = self.compacted, False
+        if not compacted and not (self.from_earliest and nxt == self.start):
             lost = f"records {nxt}..{min(tail, end) - 1} of {self.topic}/{self.partition}"
             if self.fail_on_data_loss:
                 raise DataLoss(f"{lost} were deleted by the stores' retention before they could be "
@@ -616,19 +626,19 @@ class _RangeReader:
 
     def _loose_to_part(self) -> None:
         if self.loose:
-            self.parts.append((arrow.binary(self.loose), arrow.null_timestamps(len(self.loose))))
+            n = len(self.loose)
+            self.parts.append((arrow.binary(self.loose), arrow.null_timestamps(n), arrow.null_binaries(n)))
             self.loose = []
 
-    def _take(self) -> tuple[int, pa.Array, pa.Array]:
+    def _take(self) -> tuple[int, pa.Array, pa.Array, pa.Array]:
         """What was collected, as one chunk; the next starts at ``nxt``."""
         self._loose_to_part()
         parts = self.parts
         if len(parts) == 1:
-            values, times = parts[0]
+            values, times, keys = parts[0]
         else:
-            values = pa.concat_arrays([v for v, _ in parts])
-            times = pa.concat_arrays([t for _, t in parts])
-        chunk = (self.first, values, times)
+            values, times, keys = (pa.concat_arrays([part[i] for part in parts]) for i in range(3))
+        chunk = (self.first, values, times, keys)
         self.parts, self.rows, self.size, self.first = [], 0, 0, self.nxt
         return chunk
 
@@ -648,16 +658,19 @@ def _times(stamps: tuple[tuple[int, int], ...], start: int, stop: int) -> pa.Arr
     return arrow.timestamps(np.where(known, ms, 0).astype(np.int64) * 1000, known)
 
 
-def _tail(frame: bytes, peer: LivePeer, topic: str, partition: str) -> int | None:
-    """The sequence of a DIRECT-TAIL about this partition, else None (other
-    one-frame messages go to the peer: a store reader's STORE-HELLO...)."""
+def _tail(frame: bytes, peer: LivePeer, topic: str, partition: str, nxt: int) -> tuple[int, bool] | None:
+    """Where a DIRECT-TAIL (retention) or a DIRECT-GAP (compaction, rfc 19) about this partition says to
+    go on from ``nxt``, and whether it is a gap, else None (other one-frame messages go to the peer: a store
+    reader's STORE-HELLO...)."""
     try:
         msg = proto.decode([frame])
     except proto.MalformedMessage:
         return None
-    if type(msg) is not proto.DirectTailMsg:
+    if type(msg) is not proto.DirectTailMsg and type(msg) is not proto.DirectGapMsg:
         peer.on_control(msg)
         return None
     if msg.topic != peer.address or msg.address != partition or msg.subject != topic:
         return None
-    return msg.sequence
+    if type(msg) is proto.DirectGapMsg:
+        return (msg.end, True) if msg.sequence <= nxt < msg.end else None
+    return msg.sequence, False

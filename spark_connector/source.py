@@ -76,6 +76,7 @@ _FIELDS = (
     ("offset", LongType()),
     ("value", BinaryType()),
     ("timestamp", TimestampType()),
+    ("key", BinaryType()),  # null for a record without a key (rfc/dafka.md section 18)
 )
 
 
@@ -215,13 +216,13 @@ def _read(opts: Options, schema: StructType, part: InputPartition) -> Iterator[p
             yield from leveldb.read_range(db, part.topic, part.partition, part.start, part.end, arrow_schema)
         return
     batches = arrow.Batches(arrow_schema, part.topic, part.partition)
-    for first, values, times in live.fetch_range(
+    for first, values, times, keys in live.fetch_range(
         opts.config(), part.topic, part.partition, part.start, part.end,
         readers=part.readers, from_earliest=part.from_earliest, fail_on_data_loss=opts.fail_on_data_loss,
         tower_timeout=opts.timeout("towerTimeoutMs"), fetch_timeout=opts.timeout("fetchTimeoutMs"), direct=part.via,
         tower_fallback=not part.through_path,
     ):
-        yield batches.batch(np.arange(first, first + len(values), dtype=np.int64), values, times)
+        yield batches.batch(np.arange(first, first + len(values), dtype=np.int64), values, times, keys)
 
 
 # --------------------------------------------------------------------------
@@ -513,6 +514,15 @@ class _Producing:
                               f"has {schema.simpleString()}")
         self.value_index, value_type = names["value"]
         self.value_is_string = isinstance(value_type, StringType)
+        # an optional key column (rfc section 18): binary or string, null for a record without a key
+        self.key_index: int | None = None
+        self.key_is_string = False
+        if "key" in names:
+            if not isinstance(names["key"][1], (BinaryType, StringType)):
+                raise OptionError(f"the column 'key' must be binary or string to be written as the records' keys; "
+                                  f"the DataFrame has {schema.simpleString()}")
+            self.key_index, key_type = names["key"]
+            self.key_is_string = isinstance(key_type, StringType)
         self.topic_index = None
         if opts.topic is None:
             if "topic" not in names or not isinstance(names["topic"][1], StringType):
@@ -552,17 +562,22 @@ class _Producing:
                 values = column.to_pylist()
                 if self.value_is_string:
                     values = [v.encode("utf-8") for v in values]
+                record_keys = [None] * len(values)
+                if self.key_index is not None:
+                    record_keys = batch.column(self.key_index).to_pylist()
+                    if self.key_is_string:
+                        record_keys = [None if k is None else k.encode("utf-8") for k in record_keys]
                 if self.topic_index is None:
                     send = producer(opts.topic).send
-                    for value in values:
-                        send(value)
+                    for value, key in zip(values, record_keys):
+                        send(value, key=key)
                     counts[opts.topic] += len(values)
                 else:
-                    for topic, value in zip(batch.column(self.topic_index).to_pylist(), values):
+                    for topic, value, key in zip(batch.column(self.topic_index).to_pylist(), values, record_keys):
                         if not topic:
                             raise DafkaSparkError("a row has an empty or null 'topic' column; give "
                                                   '.option("topic", ...) or fill the column')
-                        producer(topic).send(value)
+                        producer(topic).send(value, key=key)
                         counts[topic] += 1
             deadline = time.monotonic() + opts.timeout("flushTimeoutMs")
             for topic, p in producers.items():

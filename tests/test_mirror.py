@@ -157,6 +157,21 @@ def test_mirror_copies_each_partition_at_the_same_offsets_and_resumes_after_a_re
         assert stored(store, "orders") == source
 
 
+def test_keys_are_mirrored_with_their_records(sites):
+    a, b = sites("a"), sites("b")
+    producer = Producer("keyed", a.config())
+    values, record_keys = [b"v%d" % i for i in range(200)], [None if i % 4 == 0 else b"k%d" % (i % 9) for i in range(200)]
+    producer.send_many(values, keys=record_keys)
+    producer.flush(10)
+    try:
+        with Running(a, b, Selection(topics=("keyed",)), name="keys"):
+            wait_copied(b, "keyed", producer.address, 199)
+        got = read(b.config(), "keyed", 200)
+        assert [(r.value, r.key) for r in got] == list(zip(values, record_keys))
+    finally:
+        producer.close()
+
+
 def test_a_consumer_with_an_offsets_file_fails_over_to_the_other_site(sites, tmp_path):
     a, b = sites("a"), sites("b")
     offsets = str(tmp_path / "offsets")

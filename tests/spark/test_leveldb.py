@@ -124,6 +124,29 @@ def test_arrow_columns_from_buffers():
     assert times.null_count == 1
     assert times.cast(pa.int64()).to_pylist() == [1, None, 3]
     assert arrow.timestamps(np.array([5])).null_count == 0
+    # keys (rfc 18): null for a record without one, empty for an empty key
+    for keys_column in (arrow.keys_of([b"k", None, b"", b"\xff"]), arrow.keys_of([None, None]), arrow.null_binaries(3)):
+        keys_column.validate(full=True)
+    assert arrow.keys_of([b"k", None, b"", b"\xff"]).to_pylist() == [b"k", None, b"", b"\xff"]
+    assert arrow.keys_of([None, None]).to_pylist() == [None, None] == arrow.null_binaries(2).to_pylist()
+
+
+def test_keys_are_read_beside_their_records(tmp_path, small_batches):
+    """A record's key lives under 'k' (store/keys.py): a path read puts it in the key column, null where a
+    record has none, across batches and gaps."""
+    path = str(tmp_path / "db")
+    offsets = [0, 1, 2, 3, 5, 6, 7, 8, 9, 10, 11]
+    write(path, offsets)
+    db = plyvel.DB(path)
+    try:
+        for seq in offsets:
+            if seq % 3:
+                db.put(keys.record_key_entry(TOPIC, PARTITION, seq), keys.key_entry_value(b"key %d" % seq, value(seq)))
+    finally:
+        db.close()
+    _, table = read(path, 0, 12)
+    assert table.column("offset").to_pylist() == offsets
+    assert table.column("key").to_pylist() == [b"key %d" % s if s % 3 else None for s in offsets]
 
 
 class _Tables:

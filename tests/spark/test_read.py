@@ -22,9 +22,10 @@ def rows_of(df):
 
 def test_path_read_returns_every_record(spark, stopped_store):
     df = spark.read.format("dafka").option("topic", TOPIC).load(stopped_store.db)
-    assert df.columns == ["topic", "partition", "offset", "value", "timestamp"]
+    assert df.columns == ["topic", "partition", "offset", "value", "timestamp", "key"]
     rows = df.collect()
     assert len(rows) == PARTITIONS * RECORDS
+    assert all(r.key is None for r in rows)  # written without keys
     assert sorted((r.topic, r.partition, r.offset, bytes(r.value)) for r in rows) == expected_rows(stopped_store)
     # The store's receive time, from its stamps.
     now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)

@@ -90,7 +90,7 @@ def test_a_task_whose_stores_moved_reads_through_the_tower(live_cluster):
     gone = live.ReaderAt("X" * 32, f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}")
     chunks = list(live.fetch_range(config, "readings", partition, 0, 500, readers=[], from_earliest=True,
                                    fail_on_data_loss=True, tower_timeout=5, fetch_timeout=20, direct=(gone,)))
-    values = [v for _, array, _ in chunks for v in array.to_pylist()]
+    values = [v for _, array, _, _ in chunks for v in array.to_pylist()]
     assert values == live_cluster.produced["readings"][partition][:500]
     with pytest.raises(live.NoStore, match="did not answer"):
         list(live.fetch_range(config, "readings", partition, 0, 500, readers=[], from_earliest=True,

@@ -47,6 +47,14 @@ def test_binary_values_and_a_topic_column(spark, cluster):
     assert [bytes(r.value) for r in read_values(spark, cluster, "right")] == [b""]
 
 
+def test_keys_are_written_from_a_key_column_and_read_back(spark, cluster):
+    df = spark.createDataFrame([("a", "k1"), ("b", None), ("c", "")], "value string, key string").coalesce(1)
+    df.write.format("dafka").mode("append").option("topic", "keyed").options(**cluster.tower_options).save()
+    rows = sorted(read_values(spark, cluster, "keyed"), key=lambda r: r.offset)
+    assert [(bytes(r.value), None if r.key is None else bytes(r.key)) for r in rows] == [
+        (b"a", b"k1"), (b"b", None), (b"c", b"")]
+
+
 def test_a_write_that_is_not_acked_fails_the_task(cluster):
     import pyarrow as pa
     from pyspark.sql.types import StringType, StructField, StructType
