@@ -42,6 +42,12 @@ LINGER = 0.001  # seconds a record of a burst may wait for more to join it
 # the stores' bulk answers: fewer messages for every peer that reads them.
 BURST_RECORDS = 65_536
 BURST_BYTES = 256 * 1024
+# A peer's subscriptions reach a producer all at once when it connects, in the order of their bytes: a
+# dafka-py consumer's M<topic> before its Q<topic>.  Between the two, it would look like a reference peer
+# and get RECORDs, without keys, ahead of the batches.  So a prefix needs RECORDs once it has for this
+# long; a reference peer that subscribes misses at most what was published meanwhile, which the HEAD
+# that a producer sends to a new subscriber has it FETCH.
+SETTLE = 0.1
 
 
 LIVE_BATCHES = proto.KEYED_RECORDS  # the batches a dafka-py consumer or store writer subscribes to
@@ -71,13 +77,15 @@ class Audience:
         self._ours = tuple(proto.record_prefix(msg_id, topic, address, topic)
                            for msg_id in (proto.RECORD, proto.RECORDS, proto.KEYED_RECORDS))
         self._counts: Counter[bytes] = Counter()
-        self.records = False  # somebody needs RECORDs
+        self._since: dict[bytes, float] = {}  # a prefix that needs RECORDs -> since when (see SETTLE)
+        self.records = False  # somebody needs RECORDs...
+        self.records_after = 0.0  # ...from this time on (clock of on_subscription)
         self.batches = False  # somebody reads batches, of either kind
         self.plain = False  # somebody reads RECORDS (a dafka-py 0.2 peer)
         self.keyed = False  # somebody reads KEYED-RECORDS
 
-    def on_subscription(self, sub: proto.Subscription) -> bool:
-        """Count one (un)subscription; True if it was about our records."""
+    def on_subscription(self, sub: proto.Subscription, now: float = 0.0) -> bool:
+        """Count one (un)subscription at ``now``; True if it was about our records."""
         raw = proto.subscription_prefix(sub)
         if sub.msg_id and not any(ours.startswith(raw) for ours in self._ours):
             return False
@@ -88,8 +96,10 @@ class Audience:
         self.plain = any(p[:1] == proto.RECORDS for p in counts)
         self.keyed = any(p[:1] == proto.KEYED_RECORDS for p in counts)
         self.batches = self.plain or self.keyed
-        self.records = b"" in counts or any(
+        wanting = [p for p in counts if p == b"" or (
             p[:1] == proto.RECORD
-            and counts[p] > counts.get(proto.RECORDS + p[1:], 0) + counts.get(proto.KEYED_RECORDS + p[1:], 0)
-            for p in counts)
+            and counts[p] > counts.get(proto.RECORDS + p[1:], 0) + counts.get(proto.KEYED_RECORDS + p[1:], 0))]
+        self._since = {p: self._since.get(p, now) for p in wanting}
+        self.records = bool(wanting)
+        self.records_after = min(self._since.values(), default=now) + SETTLE if wanting else 0.0
         return True

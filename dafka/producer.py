@@ -277,7 +277,11 @@ class Producer(Generic[V]):
             if seq < 0:
                 seq = self._publish_when_room(raw, self.send_timeout if timeout is None else timeout, raw_key)
             audience = state.audience
-            if audience.records:  # a RECORD for those who read no batches (reference peers...)
+            if audience.records and now >= audience.records_after:  # for who reads no batches (reference peers)
+                if raw_key is not None and audience.batches:
+                    # the batch first: a dafka-py consumer gets the RECORD too (PUB cannot leave it out), and
+                    # takes whichever form comes first
+                    self._send_batch()
                 pub = self._pub
                 _raw_send(pub, state.record_frame(seq), zmq.SNDMORE)
                 _raw_send(pub, raw)
@@ -357,7 +361,10 @@ class Producer(Generic[V]):
                     # too little room for all: wait record by record
                     self._publish_one_by_one(chunk, now, timeout, chunk_keys)
                     continue
-                if state.audience.records:  # a RECORD each for who reads no batches (reference peers)
+                audience = state.audience
+                if chunk_keys is not None:
+                    self._send_batch()  # with keys, the batch before the RECORDs (see send)
+                if audience.records and now >= audience.records_after:  # a RECORD each for reference peers
                     pub = self._pub
                     for i, value in enumerate(chunk, seq):
                         _raw_send(pub, state.record_frame(i), zmq.SNDMORE)
@@ -381,7 +388,9 @@ class Producer(Generic[V]):
             if seq < 0:
                 self._send_batch()  # what waits goes before the wait for room
                 seq = self._publish_when_room(value, timeout, key)
-            if audience.records:
+            if audience.records and now >= audience.records_after:
+                if key is not None and audience.batches:
+                    self._send_batch()  # the batch before the RECORD (see send)
                 _raw_send(pub, state.record_frame(seq), zmq.SNDMORE)
                 _raw_send(pub, value)
             if audience.batches and (len(state.batch) >= batching.MAX_RECORDS
@@ -682,7 +691,7 @@ class Producer(Generic[V]):
             if sub is None:
                 self._state.malformed += 1
             elif not self._data.answer_info(sub):
-                wants_head = self._state.on_subscription(sub) or wants_head
+                wants_head = self._state.on_subscription(sub, _clock()) or wants_head
                 if self._resume is not None and sub.subscribe and sub.msg_id == proto.GET_HEADS:
                     # A store reader: ask every store now, and again while the way back may not be up yet.
                     self._pub.send_multipart(self._resume.on_store_reader(time.monotonic()))

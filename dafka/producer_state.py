@@ -291,7 +291,7 @@ class ProducerState:
             self._turns.append(requester)
         self._answers[requester] = [start, end]
 
-    def on_subscription(self, sub: proto.Subscription) -> bool:
+    def on_subscription(self, sub: proto.Subscription, now: float = 0.0) -> bool:
         """A (un)subscription seen on the data socket; True if it asks for a
         HEAD now.  A requester whose pipe went away gets no more answers."""
         if sub.msg_id == proto.DIRECT_RECORD and sub.topic:
@@ -300,7 +300,7 @@ class ProducerState:
                 self._answers.pop(sub.topic, None)
         elif self.bulk.on_subscription(sub):
             return False
-        self.audience.on_subscription(sub)
+        self.audience.on_subscription(sub, now)
         return sub.subscribe and self.wants_head_for(sub)
 
     # -- live batches ---------------------------------------------------------

@@ -361,11 +361,13 @@ class WriterState(RecordIntake):
         first = msg.sequence
         end = first + msg.count
         start = p.head + 1
+        record_keys = msg.key_list() if msg.key_lengths else None
+        if record_keys is not None and first < start:
+            self._keep_keys(p, first, min(end, start), record_keys, msg)
         if end <= start:
             self.duplicates += msg.count
             return
         values = proto.split_contents(msg.lengths, msg.contents)
-        record_keys = msg.key_list() if msg.key_lengths else None
         if first > start or self.failed is not None:  # ahead of a gap, or failing: one by one
             for seq, content, key in zip(range(first, end), values, record_keys or repeat(None)):
                 self._on_record(p, seq, content, key)
@@ -391,6 +393,16 @@ class WriterState(RecordIntake):
         if p.pending:
             self._drop_below(p, end)
         self._after_store(p)
+
+    def _keep_keys(self, p: Partition, first: int, end: int, record_keys: list[bytes | None],
+                   msg: proto.DirectRecordsMsg) -> None:
+        """The keys of records ``first .. end-1`` that the store has already (it took them from a form without
+        keys: a RECORD that came first, a reference store's answer): written with the next batch."""
+        contents = proto.split_contents(msg.lengths, msg.contents)[:end - first]
+        for seq, key, content in zip(range(first, end), record_keys, contents):
+            if key is not None:
+                self._keys.append(p.record_keys_prefix + seq.to_bytes(8, "big"))
+                self._values.append(keys.key_entry_value(key, content))
 
     def _stage(self, p: Partition, seq: int, content: bytes, key: bytes | None = None) -> None:
         self._keys.append(p.key_prefix + seq.to_bytes(8, "big"))

@@ -102,3 +102,17 @@ def test_a_consumer_delivers_each_record_with_its_key_in_order_across_a_gap():
         (0, b"a", b"ka"), (1, b"b", None), (2, b"c", None), (3, b"d", b"kd"), (4, b"e", b"ke")]
     topic, partition, offset, value = got[0]  # a keyed record still unpacks as four
     assert (topic, partition, offset, value) == ("t", P, 0, b"a")
+
+
+def test_a_prefix_needs_records_only_once_it_stayed_alone_for_a_moment():
+    """A dafka-py consumer's M<topic> reaches the producer just before its Q<topic> (subscriptions come sorted):
+    in between it is not taken for a reference peer, which would get RECORDs without keys first."""
+    audience = batching.Audience("t", P)
+    audience.on_subscription(sub(b"\x01Mt\0"), now=10.0)
+    assert audience.records and audience.records_after == 10.0 + batching.SETTLE
+    audience.on_subscription(sub(b"\x01Qt\0"), now=10.001)
+    assert not audience.records
+    audience.on_subscription(sub(b"\x01Mt"), now=20.0)  # a reference consumer: RECORDs from 20.1 on
+    assert audience.records and audience.records_after == 20.0 + batching.SETTLE
+    audience.on_subscription(sub(b"\x01Mt"), now=25.0)  # a second one: the first needs them already
+    assert audience.records_after == 20.0 + batching.SETTLE
