@@ -116,3 +116,12 @@ class Processes:
             for stream in (proc.stdout, proc.stderr, proc.stdin):
                 if stream is not None:
                     stream.close()
+
+
+def take(consumer, n: int, timeout: float = 30) -> list:
+    """Up to ``n`` records from ``consumer`` (fewer if they do not come within ``timeout`` seconds)."""
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        got.extend(consumer.consume(10_000, 0.05))
+    return got

@@ -13,7 +13,7 @@ from dafka import Consumer, Producer, proto
 from dafka.aio import AsyncConsumer, AsyncProducer
 from dafka.peer import new_address
 from dafka.store import Store
-from helpers import loopback_config, wait_for
+from helpers import loopback_config, take, wait_for
 from rawpeer import RawPeer
 from refconsumer import RefConsumer
 
@@ -22,14 +22,6 @@ TOPIC = "keyed"
 
 def key_of(i: int) -> str | None:
     return None if i % 3 == 0 else f"k{i % 7}"
-
-
-def take(consumer: Consumer, n: int, timeout: float = 30) -> list:
-    got: list = []
-    deadline = time.monotonic() + timeout
-    while len(got) < n and time.monotonic() < deadline:
-        got.extend(consumer.consume(10_000, 0.05))
-    return got
 
 
 @pytest.mark.timeout(120)

@@ -12,7 +12,7 @@ import pytest
 from dafka import Consumer, Producer, RecordTooLarge
 from dafka.peer import new_address
 from dafka.store import Store
-from helpers import loopback_config, wait_for
+from helpers import loopback_config, take, wait_for
 from refconsumer import RefConsumer
 
 TOPIC = "live"
@@ -21,14 +21,6 @@ TOPIC = "live"
 def send(producer: Producer, first: int, n: int) -> None:
     for seq in range(first, first + n):
         producer.send(b"%08d" % seq)
-
-
-def take(consumer: Consumer, n: int, timeout: float = 30) -> list:
-    got: list = []
-    deadline = time.monotonic() + timeout
-    while len(got) < n and time.monotonic() < deadline:
-        got.extend(consumer.consume(10_000, 0.05))
-    return got
 
 
 @pytest.mark.timeout(120)
