@@ -207,6 +207,7 @@ class Producer(Generic[V]):
         self._wake, self._waker = wake_pipe(self._ctx, "producer")
         self._loop.add_reader(self._wake, self._drain_wake)
         self._lingering = False  # a batch waits for the loop to send it
+        self._settle_due = False  # a timer takes in the FETCHes that wait for their requesters (see settle)
         self._next_look = 0.0  # when to look for new subscriptions next as records go out
         self._loop.call_every(c["producer/head_interval"] / 1000.0, self._on_head_timer)
         self._data.beacon.start()
@@ -784,7 +785,10 @@ class Producer(Generic[V]):
                 if type(msg) is proto.AckMsg:
                     released = self._state.on_ack(sender, msg) or released
                 elif type(msg) is proto.FetchMsg:
-                    self._state.on_fetch(msg)
+                    self._state.on_fetch(msg, _clock())
+                    if self._state._settling and not self._settle_due:
+                        self._settle_due = True
+                        self._loop.call_later(batching.SETTLE, self._settle_fetches)
                 elif type(msg) is proto.StoreMemberMsg:
                     self._on_store_member(msg)
                 elif self._resume is not None:
@@ -803,6 +807,14 @@ class Producer(Generic[V]):
                     callback(RecordMetadata(self.topic, self.address, seq), None)
                 except Exception:
                     log.exception("on_delivery callback failed")
+
+    def _settle_fetches(self) -> None:
+        """The FETCHes that waited for their requesters' subscriptions (ProducerState.settle)."""
+        with self._cond:
+            due = self._state.settle(_clock())
+            self._settle_due = due is not None
+        if due is not None:
+            self._loop.call_later(max(0.0, due - _clock()), self._settle_fetches)
 
     def _raise_unless_open(self) -> None:
         """With the lock held: why this producer takes no more records, if it takes none."""

@@ -116,3 +116,18 @@ def test_a_prefix_needs_records_only_once_it_stayed_alone_for_a_moment():
     assert audience.records and audience.records_after == 20.0 + batching.SETTLE
     audience.on_subscription(sub(b"\x01Mt"), now=25.0)  # a second one: the first needs them already
     assert audience.records_after == 20.0 + batching.SETTLE
+
+
+def test_a_producer_answers_a_fetch_once_its_requesters_subscriptions_settled():
+    """Subscriptions come sorted (D before R and V): a FETCH that came with D alone would be answered in the
+    form without keys. It waits until the requester's first subscription is batching.SETTLE old."""
+    state = ProducerState(P, "t", min_acks=1)
+    state.publish_keyed(b"v", b"k")
+    state.on_subscription(sub(b"\x01D" + ME.encode() + b"\0"), now=5.0)
+    state.on_fetch(proto.FetchMsg(P, ME, "t", 0, 1), now=5.01)
+    assert not state.answering and state.settle(5.05) == 5.0 + batching.SETTLE
+    for prefix in bulk.subscriptions(ME, keys=True):  # the rest of its subscriptions
+        state.on_subscription(proto.decode_subscription(b"\x01" + prefix), now=5.02)
+    assert state.settle(5.2) is None and state.answering
+    (answer,) = decoded(list(state.fetch_answers()))
+    assert type(answer) is proto.DirectKeyedRecordsMsg and answer.key_list() == [b"k"]
