@@ -3,7 +3,7 @@ the group resumes from what is left (issue 24, rfc 14.6).
 
 A raw peer plays 365 member runs (a restart a day), each committing every 5 s
 for a day: 17,280 snapshot records per run, 6.3 million in all, as a member
-writes them (RECORDS, the dafka-py batch).  The store compacts each run's
+writes them (KEYED-RECORDS, the batch a dafka-py store subscribes).  The store compacts each run's
 partition to its newest record and, with ``store/offsets/retention_ms`` at
 1.5 s, deletes the runs that went silent, keeping the newest (the last run
 starts after a pause longer than the settling time, as a day would be).  A real group
@@ -63,7 +63,7 @@ def test_a_year_of_auto_commits_leaves_one_record_and_the_group_resumes_there(to
                 values.append(encode_commits(member, {("orders", partition): offset}, snapshot=True))
             for first in range(0, COMMITS_A_DAY, 2048):
                 lengths, contents = proto.pack_contents(values[first:first + 2048])
-                raw.send(proto.RecordsMsg(TOPIC, member, TOPIC, first, lengths, contents))
+                raw.send(proto.KeyedRecordsMsg(TOPIC, member, TOPIC, first, lengths, contents))
             wait_for(lambda: store.heads().get((TOPIC, member)) == COMMITS_A_DAY - 1, 30,
                      what=f"day {day} written")
         written = time.monotonic() - started
