@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections import Counter
 
 from . import proto
+from .bulk import SETTLE
 
 MAX_RECORDS = 1024  # records per RECORDS at most...
 MAX_BYTES = 64 * 1024  # ...and bytes of contents (a bigger record travels alone)
@@ -42,12 +43,10 @@ LINGER = 0.001  # seconds a record of a burst may wait for more to join it
 # the stores' bulk answers: fewer messages for every peer that reads them.
 BURST_RECORDS = 65_536
 BURST_BYTES = 256 * 1024
-# A peer's subscriptions reach a producer all at once when it connects, in the order of their bytes: a
-# dafka-py consumer's M<topic> before its Q<topic>.  Between the two, it would look like a reference peer
-# and get RECORDs, without keys, ahead of the batches.  So a prefix needs RECORDs once it has for this
-# long; a reference peer that subscribes misses at most what was published meanwhile, which the HEAD
-# that a producer sends to a new subscriber has it FETCH.
-SETTLE = 0.1
+# A dafka-py consumer's M<topic> reaches a producer before its Q<topic> (dafka.bulk.SETTLE): in between it
+# would look like a reference peer and get RECORDs, without keys, ahead of the batches.  So a prefix needs
+# RECORDs once it has been alone for SETTLE; a reference peer that subscribes misses at most what was
+# published meanwhile, which the HEAD that a producer sends to a new subscriber has it FETCH.
 
 
 LIVE_BATCHES = proto.KEYED_RECORDS  # the batches a dafka-py consumer or store writer subscribes to

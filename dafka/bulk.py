@@ -16,10 +16,21 @@ it, and the sizing of each message.
 
 from __future__ import annotations
 
+from typing import Any, Hashable
+
 from . import proto
 
 MAX_BYTES = 256 * 1024  # record contents per DIRECT-RECORDS (a bigger record travels alone)
 FIRST_COUNT = 256  # records in an answer's first message, before their size is known
+# A peer's subscriptions reach an XPUB all at once when it connects, but in the order of their bytes: D (answer
+# me) before N, Q, R, T and V (what it reads).  What arrives at once on the other connection (a FETCH) could
+# meet D alone, and be answered in a form without keys: an answering peer waits until the requester's first
+# subscription is this old (Settling), and a producer takes a prefix for a reference peer's after as long
+# alone (dafka.batching.Audience).
+SETTLE = 0.1
+# the ids a requester subscribes with its own address: what it is answered, and how
+REQUESTER_IDS = frozenset((proto.DIRECT_RECORD, proto.DIRECT_RECORDS, proto.DIRECT_KEYED_RECORDS, proto.DIRECT_GAP,
+                           proto.DIRECT_TAIL, proto.DIRECT_PARTITIONS))
 MAX_COUNT = 65_536  # records per message at most, however small they are
 
 
@@ -72,3 +83,37 @@ class Negotiated:
             else:
                 which.discard(sub.topic)
         return True
+
+
+class Settling:
+    """An answering peer's FETCHes that wait until their requester's subscriptions settled (:data:`SETTLE`
+    after its first one), by any key the caller chooses."""
+
+    def __init__(self) -> None:
+        self.heard: dict[str, float] = {}  # requester -> when its first subscription came
+        self.waiting: dict[Hashable, tuple[float, Any]] = {}  # key -> (when due, the FETCH)
+
+    def on_subscription(self, sub: proto.Subscription, now: float) -> None:
+        if not sub.topic or sub.msg_id not in REQUESTER_IDS:
+            return
+        if sub.subscribe:
+            self.heard.setdefault(sub.topic, now)
+        elif sub.msg_id == proto.DIRECT_RECORD:  # its pipe went away
+            self.heard.pop(sub.topic, None)
+
+    def hold(self, key: Hashable, requester: str, fetch: Any, now: float) -> bool:
+        """Keep ``fetch`` for later (True) if ``requester`` was first heard less than SETTLE ago."""
+        heard = self.heard.get(requester)
+        if heard is None or now >= heard + SETTLE:
+            return False
+        self.waiting.pop(key, None)
+        self.waiting[key] = (heard + SETTLE, fetch)
+        return True
+
+    def due(self, now: float) -> list[Any]:
+        """The FETCHes whose time came, taken out."""
+        ready = [key for key, (at, _) in self.waiting.items() if at <= now]
+        return [self.waiting.pop(key)[1] for key in ready]
+
+    def next_due(self) -> float | None:
+        return min((at for at, _ in self.waiting.values()), default=None)

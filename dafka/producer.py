@@ -19,6 +19,7 @@ from typing import Any, Callable, Generic, Sequence, TypeVar, overload
 import zmq
 
 from . import batching, heap, proto
+from .bulk import SETTLE
 from .beacon import CONNECT, Beacon
 from .config import ConfigError
 from .errors import BufferFull, Closed, FlushTimeout, PartitionClaimed, RecordTooLarge
@@ -786,9 +787,9 @@ class Producer(Generic[V]):
                     released = self._state.on_ack(sender, msg) or released
                 elif type(msg) is proto.FetchMsg:
                     self._state.on_fetch(msg, _clock())
-                    if self._state._settling and not self._settle_due:
+                    if self._state.settling.waiting and not self._settle_due:
                         self._settle_due = True
-                        self._loop.call_later(batching.SETTLE, self._settle_fetches)
+                        self._loop.call_later(SETTLE, self._settle_fetches)
                 elif type(msg) is proto.StoreMemberMsg:
                     self._on_store_member(msg)
                 elif self._resume is not None:

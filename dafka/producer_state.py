@@ -86,10 +86,8 @@ class ProducerState:
         self._keyed_prefix = proto.record_prefix(proto.KEYED_RECORDS, topic, address, topic)
         # FETCH answers in progress, one per requester, served in turn: requester -> [next, end]
         self._answers: dict[str, list[int]] = {}
-        # A requester's subscriptions come sorted (D before R, T and V): its FETCHes wait until the first one is
-        # batching.SETTLE old, so that what it reads (bulk answers, keys) is known.  requester -> when heard
-        self.heard: dict[str, float] = {}
-        self._settling: dict[str, tuple[float, proto.FetchMsg]] = {}  # requester -> (when due, its FETCH)
+        # FETCHes that wait until what their requester reads (bulk answers, keys) is known, by requester
+        self.settling = bulk_answers.Settling()
         self._tails: list[list[bytes]] = []  # DIRECT-TAILs to send before the answers
         self.refused = False  # the last round of answers met a requester's full queue
         self._turns: deque[str] = deque()
@@ -274,7 +272,7 @@ class ProducerState:
     def on_fetch(self, msg: proto.FetchMsg, now: float | None = None) -> None:
         """Queue DIRECT-RECORD answers for the part of the range we still hold,
         in place of whatever this requester asked before; at ``now``, one
-        whose requester was first heard less than ``batching.SETTLE`` ago
+        whose requester was first heard less than ``dafka.bulk.SETTLE`` ago
         waits for :meth:`settle`."""
         if msg.topic != self.address or msg.subject != self.topic or msg.count == 0:
             return
@@ -282,20 +280,16 @@ class ProducerState:
             self.malformed += 1  # its answers could not be addressed
             return
         self.fetches_received += 1
-        heard = self.heard.get(msg.address)
-        if now is not None and heard is not None and now < heard + batching.SETTLE:
-            self._settling[msg.address] = (heard + batching.SETTLE, msg)
+        if now is not None and self.settling.hold(msg.address, msg.address, msg, now):
             return
         self._take_fetch(msg)
 
     def settle(self, now: float) -> float | None:
         """Take in the FETCHes whose requesters' subscriptions have settled; returns when the next one is
         due (None: none waits)."""
-        for requester, (due, msg) in list(self._settling.items()):
-            if due <= now:
-                del self._settling[requester]
-                self._take_fetch(msg)
-        return min((due for due, _ in self._settling.values()), default=None)
+        for msg in self.settling.due(now):
+            self._take_fetch(msg)
+        return self.settling.next_due()
 
     def _take_fetch(self, msg: proto.FetchMsg) -> None:
         requester = msg.address
@@ -316,14 +310,12 @@ class ProducerState:
     def on_subscription(self, sub: proto.Subscription, now: float = 0.0) -> bool:
         """A (un)subscription seen on the data socket; True if it asks for a
         HEAD now.  A requester whose pipe went away gets no more answers."""
-        if sub.topic and sub.subscribe and sub.msg_id in _REQUESTER_IDS:
-            self.heard.setdefault(sub.topic, now)
+        self.settling.on_subscription(sub, now)
         if sub.msg_id == proto.DIRECT_RECORD and sub.topic:
             self.ledger.listening(sub.topic, sub.subscribe)
             if not sub.subscribe:
                 self._answers.pop(sub.topic, None)
-                self.heard.pop(sub.topic, None)
-                self._settling.pop(sub.topic, None)
+                self.settling.waiting.pop(sub.topic, None)
         elif self.bulk.on_subscription(sub):
             return False
         self.audience.on_subscription(sub, now)
@@ -462,7 +454,4 @@ class ProducerState:
         return seq, spent, False
 
 
-# what a requester subscribes with its own address: what it is answered, and how
-_REQUESTER_IDS = frozenset((proto.DIRECT_RECORD, proto.DIRECT_RECORDS, proto.DIRECT_KEYED_RECORDS, proto.DIRECT_GAP,
-                            proto.DIRECT_TAIL, proto.DIRECT_PARTITIONS))
 _NO_STAMPS = proto.encode_stamps(())  # a producer does not know when stores received its records

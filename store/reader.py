@@ -67,11 +67,6 @@ _PAUSE_CHECK = 1.0  # seconds between looks at answers paused by the budget (onl
 PACE_RETRY = 1.0  # seconds between DIRECT-HEADs to a paused requester without bulk answers
 UNHEARD_WAIT = 5.0  # seconds a FETCH waits for its requester to subscribe to the answers before it is dropped
 UNHEARD_MAX = 10_000  # FETCHes waiting so at most (the oldest are dropped first)
-# A requester's subscriptions reach us when it connects, all at once but in the order of their bytes: D
-# (answer me) before N, R, T and V (what it reads).  A FETCH it sends on the other connection at once (on
-# a producer's HEAD) could meet D alone, and be answered without the keys it reads (DIRECT-RECORDs).  So a
-# FETCH waits until the requester's first subscription is this old: the rest have come by then.
-SETTLE = 0.1
 
 _SNDMORE_NOBLOCK = zmq.SNDMORE | zmq.NOBLOCK
 
@@ -199,8 +194,8 @@ class Reader(RoleThread):
         self.unheard = 0  # FETCHes dropped: nobody subscribed to their answers
         # FETCHes from requesters not (yet) subscribed to their answers, by answer key: (deadline, FETCH)
         self._waiting: dict[tuple[str, str, str], tuple[float, proto.FetchMsg]] = {}
-        self._heard: dict[str, float] = {}  # requester -> when its first subscription came (see SETTLE)
-        self._settling: dict[tuple[str, str, str], tuple[float, proto.FetchMsg]] = {}  # FETCHes waiting for it
+        # FETCHes that wait until what their requester reads (keys, gaps) is known (dafka.bulk.SETTLE)
+        self._settling = bulk_answers.Settling()
 
     # -- the thread -----------------------------------------------------------
 
@@ -216,14 +211,16 @@ class Reader(RoleThread):
                 timeout = self._wait_for_answers()
                 if self._waiting:
                     timeout = _PAUSE_CHECK if timeout is None else min(timeout, _PAUSE_CHECK)
-                if self._settling:
-                    due = max(0.0, min(at for at, _ in self._settling.values()) - time.monotonic())
+                due = self._settling.next_due()
+                if due is not None:
+                    due = max(0.0, due - time.monotonic())
                     timeout = due if timeout is None else min(timeout, due)
                 loop.run_once(timeout)
                 if self._waiting:
                     self._drop_unheard(time.monotonic())
-                if self._settling:
-                    self._answer_settled(time.monotonic())
+                if self._settling.waiting:
+                    for msg in self._settling.due(time.monotonic()):
+                        self._answer(msg)
                 if self._answers and not self._stopping:
                     with self._shared.lock:
                         if self._db_ready():
@@ -291,19 +288,15 @@ class Reader(RoleThread):
                 continue
             if self._data.answer_info(sub):
                 continue
+            self._settling.on_subscription(sub, time.monotonic())
             if sub.msg_id == proto.DIRECT_RECORD and sub.topic:
                 self._ledger.listening(sub.topic, sub.subscribe)
                 if not sub.subscribe:
-                    self._heard.pop(sub.topic, None)
                     self._abandon(sub.topic)
-                    continue
-                self._heard.setdefault(sub.topic, time.monotonic())
-                if self._waiting:
+                elif self._waiting:
                     self._heard_from(sub.topic)
                 continue
             if self._bulk.on_subscription(sub):
-                if sub.subscribe and sub.topic:
-                    self._heard.setdefault(sub.topic, time.monotonic())
                 if not sub.subscribe and sub.msg_id in (proto.DIRECT_RECORDS, proto.DIRECT_KEYED_RECORDS):
                     self._abandon(sub.topic)
                 elif sub.subscribe and self._waiting:
@@ -454,20 +447,8 @@ class Reader(RoleThread):
 
     def _on_fetch_heard(self, msg: proto.FetchMsg) -> None:
         """A FETCH whose requester subscribed to its answers: answered now, or once its subscriptions settled."""
-        heard = self._heard.get(msg.address)
-        if heard is not None and time.monotonic() < heard + SETTLE:
-            key = (msg.address, msg.subject, msg.topic)
-            self._settling.pop(key, None)
-            self._settling[key] = (heard + SETTLE, msg)
-            return
-        self._answer(msg)
-
-    def _answer_settled(self, now: float) -> None:
-        """Answer the FETCHes that waited for their requester's subscriptions (SETTLE)."""
-        for key, (at, msg) in list(self._settling.items()):
-            if at <= now:
-                del self._settling[key]
-                self._answer(msg)
+        if not self._settling.hold((msg.address, msg.subject, msg.topic), msg.address, msg, time.monotonic()):
+            self._answer(msg)
 
     def _heard_from(self, requester: str) -> None:
         """``requester`` subscribed to its answers: answer the FETCHes it sent before."""
