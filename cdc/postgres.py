@@ -32,6 +32,7 @@ import logging
 import os
 import select
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,7 +198,6 @@ class PostgresCapture(Capture):
             if row is not None and row[0] is not None:
                 raise CdcError(f"replication slot {src.slot} is in use by process {row[0]}: another connector "
                                "runs (stop it, or give this one another --slot)")
-            self._slot_exists = row is not None
             if row is not None and row[1] is not None:
                 self._confirmed_at(int(row[1]))
             cur.execute("SELECT t.oid, t.typelem FROM pg_type t WHERE t.typelem <> 0 AND t.typlen = -1")
@@ -221,19 +221,28 @@ class PostgresCapture(Capture):
     def _mark_bootstrapped(self) -> None:
         self._state_file.save({"slot": self.source.slot, "bootstrapped": True})
 
+    def _slot_present(self) -> bool:
+        """Whether the slot exists now: asked on every (re)connection, since a
+        server restart between dropping the slot and creating it again leaves
+        none, and one between creating it and reading the answer leaves one."""
+        with closing(self._connect()) as conn, conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.source.slot,))
+            return cur.fetchone() is not None
+
     def _prepare_slot(self, repl: Any) -> None:
         src = self.source
-        if self._slot_exists and (self._bootstrapped() or not src.bootstrap):
+        present = self._slot_present()
+        if present and (self._bootstrapped() or not src.bootstrap):
             return
-        if self._slot_exists:
+        if present:
             log.warning("cdc: slot %s exists but its bootstrap never finished: starting it again", src.slot)
-            with self._connect() as conn, conn.cursor() as cur:
-                cur.execute("SELECT pg_drop_replication_slot(%s)", (src.slot,))
+            with closing(self._connect()) as conn, conn.cursor() as cur:
+                cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                            "WHERE slot_name = %s", (src.slot,))
         with repl.cursor() as cur:
             cur.execute(f"CREATE_REPLICATION_SLOT {_ident(src.slot)} LOGICAL pgoutput"
                         + (" EXPORT_SNAPSHOT" if src.bootstrap else " NOEXPORT_SNAPSHOT"))
             _, consistent_point, snapshot, _ = cur.fetchone()
-        self._slot_exists = True
         self._confirmed_at(pgoutput.parse_lsn(consistent_point))
         log.info("cdc: slot %s created at %s", src.slot, consistent_point)
         if src.bootstrap:

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from cdchelpers import WRITER, Connector, assert_same, assert_waits_for_the_server, consume_into, table_rows
+from cdchelpers import WRITER, Connector, Running, assert_same, assert_waits_for_the_server, consume_into, table_rows
 from dafka.cdc.apply import TableState, key_of
+from dafka.cdc.connector import ServerUnavailable
 from dafka.cdc.postgres import CdcError, PostgresCapture, PostgresSource
 from dafka.store import Store
 from helpers import loopback_config, script, wait_for
@@ -106,6 +107,31 @@ def test_bad_inputs_each_name_what_to_fix(pg, db, tower, store, tmp_path):
         holder.close()
 
 
+
+
+def test_a_slot_lost_between_two_connections_is_made_again(pg, db, tower, store, tmp_path):
+    """A slot whose bootstrap never finished, gone before the connector reconnects (a server restart between
+    dropping it and making it again leaves none): the connector makes it and bootstraps, not drop it for ever."""
+    pg.sql("INSERT INTO orders (id, customer) SELECT g, 'c' FROM generate_series(1, 50) g", dbname=db)
+    pg.sql("SELECT pg_create_logical_replication_slot('dafka_lost', 'pgoutput')", dbname=db)
+    capture = PostgresCapture(PostgresSource(pg.dsn(db), ["public.orders"], "lost", state_dir=str(tmp_path),
+                                             slot="dafka_lost"), loopback_config(tower))
+    connect = capture._connect
+
+    def first_replication_connection_fails(replication: bool = False):
+        if replication and not capture.stats.reconnects:
+            pg.sql("SELECT pg_drop_replication_slot('dafka_lost')", dbname=db)
+            raise ServerUnavailable("cannot connect to PostgreSQL (--dsn): the database system is shutting down")
+        return connect(replication)
+
+    capture._connect = first_replication_connection_fails
+    connector = Running(capture)
+    try:
+        wait_for(lambda: capture.stats.snapshot_rows == 50 or connector.error, 30, what="the bootstrap")
+        wait_for(lambda: capture.stats.confirmed_lsn > 0 or connector.error, 30, what="streaming")
+        assert connector.error is None and capture.stats.reconnects == 1
+    finally:
+        connector.stop()
 
 
 @pytest.mark.faults
