@@ -85,13 +85,23 @@ class Negotiated:
         return True
 
 
+UNHEARD_WAIT = 5.0  # seconds a FETCH waits for its requester to subscribe to the answers before it is dropped
+UNHEARD_MAX = 10_000  # FETCHes waiting so at most (the oldest are dropped first)
+
+
 class Settling:
-    """An answering peer's FETCHes that wait until their requester's subscriptions settled (:data:`SETTLE`
-    after its first one), by any key the caller chooses."""
+    """An answering peer's FETCHes that wait for their requester, by any key the caller chooses:
+
+    * for it to subscribe to its answers at all (:meth:`wait_unheard`): its FETCH may overtake its subscription,
+      on another connection, or it left or never was, and nobody could read the answer.  Such a FETCH waits
+      :data:`UNHEARD_WAIT`, then is dropped (rfc 6.7) and counted in :attr:`unheard_dropped`;
+    * for its subscriptions to settle (:meth:`hold`): :data:`SETTLE` after its first one."""
 
     def __init__(self) -> None:
         self.heard: dict[str, float] = {}  # requester -> when its first subscription came
         self.waiting: dict[Hashable, tuple[float, Any]] = {}  # key -> (when due, the FETCH)
+        self.unheard: dict[Hashable, tuple[float, str, Any]] = {}  # key -> (when dropped, requester, the FETCH)
+        self.unheard_dropped = 0
 
     def on_subscription(self, sub: proto.Subscription, now: float) -> None:
         if not sub.topic or sub.msg_id not in REQUESTER_IDS:
@@ -117,3 +127,30 @@ class Settling:
 
     def next_due(self) -> float | None:
         return min((at for at, _ in self.waiting.values()), default=None)
+
+    def wait_unheard(self, key: Hashable, requester: str, fetch: Any, now: float) -> None:
+        """Keep ``fetch`` until ``requester`` subscribes to its answers (:meth:`heard_from`), in place of
+        the one it sent before under ``key``."""
+        unheard = self.unheard
+        unheard.pop(key, None)
+        unheard[key] = (now + UNHEARD_WAIT, requester, fetch)
+        if len(unheard) > UNHEARD_MAX:
+            del unheard[next(iter(unheard))]
+            self.unheard_dropped += 1
+
+    def heard_from(self, requester: str) -> list[Any]:
+        """``requester`` subscribed to its answers: the FETCHes it sent before, taken out."""
+        if not self.unheard:
+            return []
+        keys = [key for key, (_, who, _) in self.unheard.items() if who == requester]
+        return [self.unheard.pop(key)[2] for key in keys]
+
+    def drop_unheard(self, now: float) -> None:
+        """Drop the FETCHes whose requester has not subscribed within UNHEARD_WAIT (oldest first)."""
+        unheard = self.unheard
+        while unheard:
+            key = next(iter(unheard))
+            if unheard[key][0] > now:
+                return
+            del unheard[key]
+            self.unheard_dropped += 1

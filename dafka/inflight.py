@@ -43,22 +43,30 @@ class InflightLedger:
     ``limit`` is the most bytes one requester may have in flight; 0 means no
     limit (the reference's behaviour)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, per_pipe: bool = False) -> None:
         self.limit = limit
+        # A socket with XPUB_VERBOSER (a producer's) sees every pipe's (un)subscription: a requester with two
+        # pipes (a reconnection overlapping the old one) listens until both went.  With XPUB_VERBOSE (a store
+        # reader's), the unsubscription comes once, when its last pipe goes.
+        self.per_pipe = per_pipe
         self.bytes_sent = 0  # every answer's bytes, ever (a counter for metrics)
-        self._listeners: set[str] = set()
+        self._listeners: dict[str, int] = {}  # requester -> its subscribed pipes (1 without per_pipe)
         self._bytes: dict[str, int] = {}
         # requester -> partition -> runs [first, end, nbytes] of sequences sent
         self._runs: dict[str, dict[Hashable, list[list[int]]]] = {}
 
-    def listening(self, requester: str, subscribed: bool) -> None:
+    def listening(self, requester: str, subscribed: bool) -> bool:
         """``requester`` subscribed (True) or unsubscribed its DIRECT-RECORDs:
-        a new pipe holds nothing yet, a gone one nothing any more."""
+        a new pipe holds nothing yet, a gone one nothing any more.  Returns
+        whether it still listens."""
         self.forget(requester)
-        if subscribed:
-            self._listeners.add(requester)
-        else:
-            self._listeners.discard(requester)
+        pipes = self._listeners.get(requester, 0)
+        pipes = (pipes + 1 if self.per_pipe else 1) if subscribed else (pipes - 1 if self.per_pipe else 0)
+        if pipes > 0:
+            self._listeners[requester] = pipes
+            return True
+        self._listeners.pop(requester, None)
+        return False
 
     def listens(self, requester: str) -> bool:
         """True while ``requester`` is subscribed to its DIRECT-RECORDs."""

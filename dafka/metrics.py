@@ -49,7 +49,7 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dafka_answered_bytes": ("counter", "bytes of FETCH answers sent, framing included", ()),
     "dafka_fetches_received": ("counter", "FETCHes received", ()),
     "dafka_fetches_sent": ("counter", "FETCHes sent", ()),
-    "dafka_fetches_unheard": ("counter", "FETCHes a store dropped because nobody subscribed to their answers", ()),
+    "dafka_fetches_unheard": ("counter", "FETCHes dropped because nobody subscribed to their answers", ()),
     "dafka_malformed_frames": ("counter", "malformed messages dropped", ()),
     "dafka_write_errors": ("counter", "failed database writes (the store retries them)", ()),
     "dafka_live_peers": ("gauge", "peers this peer is connected to (a tower: the live peers it relays)", ()),
@@ -188,6 +188,7 @@ def _producer(producer: Any, families: _Families, cap: int) -> None:
     families.add("dafka_records_answered", base, stats["records_answered"])
     families.add("dafka_answered_bytes", base, stats["bytes_answered"])
     families.add("dafka_fetches_received", base, stats["fetches_received"])
+    families.add("dafka_fetches_unheard", base, stats["fetches_unheard"])
     families.add("dafka_malformed_frames", base, stats["malformed"])
     families.add("dafka_live_peers", base, stats["peers"])
     families.add("dafka_inflight_bytes", base, stats["inflight_bytes"])

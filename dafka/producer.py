@@ -19,7 +19,6 @@ from typing import Any, Callable, Generic, Sequence, TypeVar, overload
 import zmq
 
 from . import batching, heap, proto
-from .bulk import SETTLE
 from .beacon import CONNECT, Beacon
 from .config import ConfigError
 from .errors import BufferFull, Closed, FlushTimeout, PartitionClaimed, RecordTooLarge
@@ -208,7 +207,6 @@ class Producer(Generic[V]):
         self._wake, self._waker = wake_pipe(self._ctx, "producer")
         self._loop.add_reader(self._wake, self._drain_wake)
         self._lingering = False  # a batch waits for the loop to send it
-        self._settle_due = False  # a timer takes in the FETCHes that wait for their requesters (see settle)
         self._next_look = 0.0  # when to look for new subscriptions next as records go out
         self._loop.call_every(c["producer/head_interval"] / 1000.0, self._on_head_timer)
         self._data.beacon.start()
@@ -476,6 +474,7 @@ class Producer(Generic[V]):
                 "fetches_received": s.fetches_received,
                 "records_answered": s.records_answered,
                 "tails_sent": s.tails_sent,  # DIRECT-TAILs: asked for records let go that no store held
+                "fetches_unheard": s.settling.unheard_dropped,  # dropped: nobody subscribed to their answers
                 "bytes_answered": s.ledger.bytes_sent,
                 "inflight_bytes": s.ledger.total(),
                 "batches_sent": s.batches_sent,
@@ -590,9 +589,20 @@ class Producer(Generic[V]):
     def _run(self) -> None:
         backoff = 0.0  # while answers meet full queues and none go out: the wait before the next try
         try:
+            state = self._state
             while not self._stopping.is_set():
-                self._loop.run_once(backoff if self._state.can_answer() else None)
-                if self._state.answering:
+                timeout = backoff if state.can_answer() else None
+                if state.settling.waiting:  # FETCHes that wait for their requesters' subscriptions to settle
+                    with self._lock:
+                        due = state.settling.next_due()
+                    if due is not None:
+                        due = max(0.0, due - _clock())
+                        timeout = due if timeout is None else min(timeout, due)
+                self._loop.run_once(timeout)
+                if state.settling.waiting:
+                    with self._lock:
+                        state.settle(_clock())
+                if state.answering:
                     with self._lock:
                         sent = self._send_answers()
                     backoff = 0.0 if sent or not self._state.refused else min(max(2 * backoff, 0.001), 0.05)
@@ -701,6 +711,9 @@ class Producer(Generic[V]):
                         self._loop.call_later(delay, self._ask_heads)
         if wants_head:
             self._pub.send(self._state.head_frame())
+        if threading.get_ident() != self._thread.ident and (self._state.settling.waiting or self._state.answering):
+            # (read by send() in the caller's thread) FETCHes taken in, or waiting to be: the loop answers them
+            self._waker.send(b"", zmq.NOBLOCK)
         if not self._state.audience.batches:
             self._send_batch()  # nobody reads batches any more: what waits goes now
 
@@ -787,9 +800,6 @@ class Producer(Generic[V]):
                     released = self._state.on_ack(sender, msg) or released
                 elif type(msg) is proto.FetchMsg:
                     self._state.on_fetch(msg, _clock())
-                    if self._state.settling.waiting and not self._settle_due:
-                        self._settle_due = True
-                        self._loop.call_later(SETTLE, self._settle_fetches)
                 elif type(msg) is proto.StoreMemberMsg:
                     self._on_store_member(msg)
                 elif self._resume is not None:
@@ -808,14 +818,6 @@ class Producer(Generic[V]):
                     callback(RecordMetadata(self.topic, self.address, seq), None)
                 except Exception:
                     log.exception("on_delivery callback failed")
-
-    def _settle_fetches(self) -> None:
-        """The FETCHes that waited for their requesters' subscriptions (ProducerState.settle)."""
-        with self._cond:
-            due = self._state.settle(_clock())
-            self._settle_due = due is not None
-        if due is not None:
-            self._loop.call_later(max(0.0, due - _clock()), self._settle_fetches)
 
     def _raise_unless_open(self) -> None:
         """With the lock held: why this producer takes no more records, if it takes none."""

@@ -71,7 +71,7 @@ class ProducerState:
         self.published_bytes = 0
         self.fetches_received = 0
         self.records_answered = 0
-        self.ledger = InflightLedger(fetch_inflight_bytes)
+        self.ledger = InflightLedger(fetch_inflight_bytes, per_pipe=True)
         self.bulk = bulk_answers.Negotiated()
         # Live records in batches (RECORDS) for the subscribers that read them.
         self.audience = batching.Audience(topic, address)
@@ -271,25 +271,39 @@ class ProducerState:
 
     def on_fetch(self, msg: proto.FetchMsg, now: float | None = None) -> None:
         """Queue DIRECT-RECORD answers for the part of the range we still hold,
-        in place of whatever this requester asked before; at ``now``, one
-        whose requester was first heard less than ``dafka.bulk.SETTLE`` ago
-        waits for :meth:`settle`."""
+        in place of whatever this requester asked before.  At ``now`` (without
+        it, at once: the tests' shorthand), one whose requester has not
+        subscribed to its answers waits for it (``dafka.bulk.UNHEARD_WAIT``,
+        then it is dropped: nobody could read the answer), and one whose
+        requester was first heard less than ``dafka.bulk.SETTLE`` ago waits
+        for :meth:`settle`."""
         if msg.topic != self.address or msg.subject != self.topic or msg.count == 0:
             return
         if "\0" in msg.address:
             self.malformed += 1  # its answers could not be addressed
             return
         self.fetches_received += 1
-        if now is not None and self.settling.hold(msg.address, msg.address, msg, now):
-            return
+        if now is not None:
+            requester, settling = msg.address, self.settling
+            if settling.unheard:
+                settling.drop_unheard(now)
+            if not (self.ledger.listens(requester) or requester in self.bulk.records or requester in self.bulk.keyed):
+                settling.wait_unheard(requester, requester, msg, now)
+                return
+            if settling.hold(requester, requester, msg, now):
+                return
         self._take_fetch(msg)
 
-    def settle(self, now: float) -> float | None:
-        """Take in the FETCHes whose requesters' subscriptions have settled; returns when the next one is
-        due (None: none waits)."""
+    def settle(self, now: float) -> None:
+        """Take in the FETCHes whose requesters' subscriptions have settled."""
         for msg in self.settling.due(now):
             self._take_fetch(msg)
-        return self.settling.next_due()
+
+    def _heard_from(self, requester: str, now: float) -> None:
+        """``requester`` subscribed to its answers: take in the FETCHes it sent before."""
+        for msg in self.settling.heard_from(requester):
+            if not self.settling.hold(requester, requester, msg, now):
+                self._take_fetch(msg)
 
     def _take_fetch(self, msg: proto.FetchMsg) -> None:
         requester = msg.address
@@ -312,11 +326,15 @@ class ProducerState:
         HEAD now.  A requester whose pipe went away gets no more answers."""
         self.settling.on_subscription(sub, now)
         if sub.msg_id == proto.DIRECT_RECORD and sub.topic:
-            self.ledger.listening(sub.topic, sub.subscribe)
-            if not sub.subscribe:
+            # (XPUB_VERBOSER: one per pipe; the requester listens while one of its pipes does)
+            if self.ledger.listening(sub.topic, sub.subscribe):
+                self._heard_from(sub.topic, now)
+            else:
                 self._answers.pop(sub.topic, None)
                 self.settling.waiting.pop(sub.topic, None)
         elif self.bulk.on_subscription(sub):
+            if sub.subscribe and sub.topic:
+                self._heard_from(sub.topic, now)
             return False
         self.audience.on_subscription(sub, now)
         return sub.subscribe and self.wants_head_for(sub)

@@ -23,7 +23,7 @@ reference.
   beyond that its answers pause until its next FETCH shows what arrived, so a
   requester that asks and never reads costs a bounded amount of memory.
   A FETCH from a requester not subscribed to its answers waits
-  :data:`UNHEARD_WAIT` for that subscription, then is dropped (rfc 6.7): nobody
+  :data:`dafka.bulk.UNHEARD_WAIT` for that subscription, then is dropped (rfc 6.7): nobody
   could read the answer, and serving it would cost reads and CPU for nothing.
 * GET-HEADS and each subject of a CONSUMER-HELLO: a DIRECT-HEAD per partition
   of exactly that subject (the reference matches a prefix: ``hello`` also
@@ -65,8 +65,6 @@ STALL_TIMEOUT = 10.0  # seconds an answer may wait for room (pipe or budget) bef
 _STALL_POLL = 0.005  # seconds between attempts while every answer waits for room in a pipe
 _PAUSE_CHECK = 1.0  # seconds between looks at answers paused by the budget (only to drop old ones)
 PACE_RETRY = 1.0  # seconds between DIRECT-HEADs to a paused requester without bulk answers
-UNHEARD_WAIT = 5.0  # seconds a FETCH waits for its requester to subscribe to the answers before it is dropped
-UNHEARD_MAX = 10_000  # FETCHes waiting so at most (the oldest are dropped first)
 
 _SNDMORE_NOBLOCK = zmq.SNDMORE | zmq.NOBLOCK
 
@@ -191,11 +189,14 @@ class Reader(RoleThread):
         self.dropped = 0  # answers abandoned or messages not sent for lack of room
         self.paused = 0  # times an answer paused on its requester's budget
         self.abandoned = 0  # answers stopped because their requester went away
-        self.unheard = 0  # FETCHes dropped: nobody subscribed to their answers
-        # FETCHes from requesters not (yet) subscribed to their answers, by answer key: (deadline, FETCH)
-        self._waiting: dict[tuple[str, str, str], tuple[float, proto.FetchMsg]] = {}
-        # FETCHes that wait until what their requester reads (keys, gaps) is known (dafka.bulk.SETTLE)
+        # FETCHes that wait for their requester to subscribe to the answers, or until what it reads (keys,
+        # gaps) is known (dafka.bulk.SETTLE), by answer key (requester, subject, partition)
         self._settling = bulk_answers.Settling()
+
+    @property
+    def unheard(self) -> int:
+        """FETCHes dropped: nobody subscribed to their answers."""
+        return self._settling.unheard_dropped
 
     # -- the thread -----------------------------------------------------------
 
@@ -209,15 +210,15 @@ class Reader(RoleThread):
         try:
             while not self._stopping:
                 timeout = self._wait_for_answers()
-                if self._waiting:
+                if self._settling.unheard:
                     timeout = _PAUSE_CHECK if timeout is None else min(timeout, _PAUSE_CHECK)
                 due = self._settling.next_due()
                 if due is not None:
                     due = max(0.0, due - time.monotonic())
                     timeout = due if timeout is None else min(timeout, due)
                 loop.run_once(timeout)
-                if self._waiting:
-                    self._drop_unheard(time.monotonic())
+                if self._settling.unheard:
+                    self._settling.drop_unheard(time.monotonic())
                 if self._settling.waiting:
                     for msg in self._settling.due(time.monotonic()):
                         self._answer(msg)
@@ -293,13 +294,13 @@ class Reader(RoleThread):
                 self._ledger.listening(sub.topic, sub.subscribe)
                 if not sub.subscribe:
                     self._abandon(sub.topic)
-                elif self._waiting:
+                else:
                     self._heard_from(sub.topic)
                 continue
             if self._bulk.on_subscription(sub):
                 if not sub.subscribe and sub.msg_id in (proto.DIRECT_RECORDS, proto.DIRECT_KEYED_RECORDS):
                     self._abandon(sub.topic)
-                elif sub.subscribe and self._waiting:
+                elif sub.subscribe:
                     self._heard_from(sub.topic)
                 continue
             if sub.subscribe and sub.msg_id == proto.STORE_HELLO and sub.topic:
@@ -434,14 +435,7 @@ class Reader(RoleThread):
             return
         if not (self._ledger.listens(msg.address) or msg.address in self._bulk.records
                 or msg.address in self._bulk.keyed):
-            # Nobody could get the answer: its requester has not subscribed to it yet (its FETCH may
-            # overtake its subscription, on another connection), or never will (it left, or never was).
-            key = (msg.address, msg.subject, msg.topic)
-            self._waiting.pop(key, None)
-            self._waiting[key] = (time.monotonic() + UNHEARD_WAIT, msg)
-            if len(self._waiting) > UNHEARD_MAX:
-                del self._waiting[next(iter(self._waiting))]
-                self.unheard += 1
+            self._settling.wait_unheard((msg.address, msg.subject, msg.topic), msg.address, msg, time.monotonic())
             return
         self._on_fetch_heard(msg)
 
@@ -452,18 +446,8 @@ class Reader(RoleThread):
 
     def _heard_from(self, requester: str) -> None:
         """``requester`` subscribed to its answers: answer the FETCHes it sent before."""
-        for key in [key for key in self._waiting if key[0] == requester]:
-            self._on_fetch_heard(self._waiting.pop(key)[1])
-
-    def _drop_unheard(self, now: float) -> None:
-        """Drop the FETCHes whose requester has not subscribed within UNHEARD_WAIT (oldest first)."""
-        waiting = self._waiting
-        while waiting:
-            key = next(iter(waiting))
-            if waiting[key][0] > now:
-                return
-            del waiting[key]
-            self.unheard += 1
+        for msg in self._settling.heard_from(requester):
+            self._on_fetch_heard(msg)
 
     def _answer(self, msg: proto.FetchMsg) -> None:
         try:

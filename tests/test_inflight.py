@@ -58,6 +58,21 @@ def test_a_gone_or_new_pipe_clears_what_its_requester_owed():
     assert ledger.total() == 0 and ledger.room(B) == 1000
 
 
+def test_per_pipe_a_requester_listens_until_its_last_pipe_goes():
+    """A producer's XPUB_VERBOSER shows each pipe's (un)subscription: a requester that reconnected before its old
+    pipe went (a sharded store writer, here) has two, and the old one's going leaves it listening. With
+    XPUB_VERBOSE (a store reader's), the one unsubscription means the last pipe went."""
+    ledger = InflightLedger(1000, per_pipe=True)
+    assert ledger.listening(A, True) and ledger.listening(A, True)
+    assert ledger.listening(A, False) and ledger.listens(A)
+    assert not ledger.listening(A, False) and not ledger.listens(A)
+    assert not ledger.listening(A, False) and not ledger.listens(A)  # (one too many: still none, never below)
+    assert ledger.listening(A, True) and ledger.listens(A)
+    verbose = InflightLedger(1000)
+    assert verbose.listening(A, True) and verbose.listening(A, True)
+    assert not verbose.listening(A, False) and not verbose.listens(A)
+
+
 def test_only_listeners_are_charged():
     """libzmq queues nothing for an address nobody subscribed: a FETCH that
     arrives before its requester's subscription, or one from an address

@@ -125,9 +125,30 @@ def test_a_producer_answers_a_fetch_once_its_requesters_subscriptions_settled():
     state.publish_keyed(b"v", b"k")
     state.on_subscription(sub(b"\x01D" + ME.encode() + b"\0"), now=5.0)
     state.on_fetch(proto.FetchMsg(P, ME, "t", 0, 1), now=5.01)
-    assert not state.answering and state.settle(5.05) == 5.0 + batching.SETTLE
+    state.settle(5.05)
+    assert not state.answering and state.settling.next_due() == 5.0 + batching.SETTLE
     for prefix in bulk.subscriptions(ME, keys=True):  # the rest of its subscriptions
         state.on_subscription(proto.decode_subscription(b"\x01" + prefix), now=5.02)
-    assert state.settle(5.2) is None and state.answering
+    state.settle(5.2)
+    assert state.settling.next_due() is None and state.answering
     (answer,) = decoded(list(state.fetch_answers()))
     assert type(answer) is proto.DirectKeyedRecordsMsg and answer.key_list() == [b"k"]
+
+
+def test_a_producer_holds_a_fetch_until_its_requester_listens_and_drops_it_if_it_never_does():
+    """A FETCH may overtake its requester's subscriptions (another connection), or come from a requester that
+    left or never was: it waits bulk.UNHEARD_WAIT for the subscription, then is dropped unanswered, so that a
+    flood of phantom requesters costs nothing and queues no answer before a real requester's (rfc 6.7)."""
+    state = ProducerState(P, "t", min_acks=1)
+    state.publish(b"v")
+    phantom = "F" * 32
+    state.on_fetch(proto.FetchMsg(P, phantom, "t", 0, 1), now=1.0)
+    state.on_fetch(proto.FetchMsg(P, ME, "t", 0, 1), now=1.0)
+    assert not state.answering and len(state.settling.unheard) == 2
+    state.on_subscription(sub(b"\x01D" + ME.encode() + b"\0"), now=1.5)  # a reference requester: D only
+    state.settle(1.5 + bulk.SETTLE)
+    assert state.answering
+    (answer,) = decoded(list(state.fetch_answers()))
+    assert type(answer) is proto.DirectRecordMsg and answer.topic == ME  # (the requester travels as its topic)
+    state.on_fetch(proto.FetchMsg(P, ME, "t", 1, 1), now=1.0 + bulk.UNHEARD_WAIT + 0.1)  # drops the phantom's
+    assert not state.settling.unheard and state.settling.unheard_dropped == 1 and not state.answering

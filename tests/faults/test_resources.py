@@ -228,7 +228,7 @@ def test_a_store_serves_nobody_for_requesters_that_never_listen_or_leave(cluster
     """Issue 24: FETCHes whose requester never subscribed to the answers ("phantoms")
     are held UNHEARD_WAIT for the subscription, then dropped unanswered; a requester
     that leaves in the middle of its answer stops costing anything."""
-    from dafka.store.reader import UNHEARD_WAIT
+    from dafka.bulk import UNHEARD_WAIT
 
     partition = addr()
     db = tmp_path / "phantoms.db"
