@@ -10,10 +10,11 @@ import time
 
 import pytest
 
-from dafka import Consumer, Producer
+from dafka import Consumer, Producer, proto
 from dafka.peer import new_address
 from dafka.store import Store, cleaner
 from helpers import loopback_config, wait_for
+from rawpeer import RawPeer
 from refconsumer import RefConsumer
 
 TOPIC = "prices"
@@ -91,12 +92,8 @@ def test_stores_compact_and_every_reader_gets_the_newest_value_of_each_key(tower
         # a reference consumer: every offset, an empty record where compaction removed one, no foreign frame
         ref = RefConsumer(tower.sub_endpoint, tower.pub_endpoint, new_address(), earliest=True, keep=True)
         ref.subscribe(TOPIC)
-        if not ref.run(lambda: ref.total() >= head + 1, 60):
-            print("DEBUG", ref.delivered, ref.received, [(f.sequence, f.count) for f in ref.fetches], len(ref.peers),
-                  ref.foreign, [{k: v for k, v in s.stats().items() if k in ("fetch_answers", "records_served",
-                  "fetches_received", "tails_sent", "gaps_sent", "fillers_sent", "answers_paused", "paced_heads",
-                  "hellos_sent", "heads_sent")} for s in [*stores, late_store]])
-            raise AssertionError("the reference consumer stalled")
+        assert ref.run(lambda: ref.total() >= head + 1, 60), ("the reference consumer stalled", ref.delivered,
+                                                             [(f.sequence, f.count) for f in ref.fetches])
         contents = ref.contents[(TOPIC, address)]
         kept = {r.offset: r.value for r in got}
         assert contents == [kept.get(offset, b"") for offset in range(head + 1)]
@@ -107,3 +104,60 @@ def test_stores_compact_and_every_reader_gets_the_newest_value_of_each_key(tower
         producer.close(timeout=5)
         for store in [*stores, *([late_store] if late_store else [])]:
             store.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_reference_store_beside_a_compacting_one_keeps_everything_and_fills_holes_with_empty_records(
+        tower, tmp_path, monkeypatch):
+    """A reference store (raw RFC 46 frames: SUB ``M``, ``H`` and ``D<writer>``, as zeromq/dafka's) knows no keys:
+    it gets every record as a RECORD, value only, and nothing else, and keeps them all. One that fills the
+    partition from a compacting store (a FETCH from 0, as it sends on a HEAD it is behind) gets a DIRECT-RECORD
+    at every offset, empty where compaction removed the record: it stays in step, and holds empty records there
+    (rfc 19.2). (Below the oldest kept record, as below retention's, it gets nothing: the partition starts there.)"""
+    monkeypatch.setattr(cleaner, "IDLE_MS", 500)
+    ours = Store(config(tower), db=str(tmp_path / "ours")).start()
+    writer = new_address()
+    ref = RawPeer(tower, writer, [proto.subscription(proto.DIRECT_RECORD, writer, exact=True),
+                                  proto.subscription(proto.RECORD), proto.subscription(proto.HEAD)])
+    producer = Producer(TOPIC, config(tower, producer__min_acks=1))
+    try:
+        wait_for(lambda: (ref.pump(), producer.stats()["peers"] >= 3 and producer._state.audience.records)[1],
+                 20, what="the stores subscribed")
+        time.sleep(0.2)  # (the reference's prefix settled: it gets RECORDs)
+        values = [b"%d:%d" % (i % 20, i) for i in range(400)]
+        record_keys = [b"k%d" % (i % 20) if i % 50 else None for i in range(400)]  # every 50th unkeyed, the 1st too
+        producer.send_many(values, keys=record_keys)
+        producer.flush(20)
+        address = producer.address
+        live: dict[int, bytes] = {}
+        kinds: set[type] = set()
+        deadline = time.monotonic() + 20
+        while len(live) < 400 and time.monotonic() < deadline:
+            ref.pump()
+            if ref.sub.poll(20):
+                msg = proto.decode(ref.sub.recv_multipart())
+                kinds.add(type(msg))
+                if type(msg) is proto.RecordMsg and msg.topic == TOPIC:
+                    live[msg.sequence] = msg.content
+        assert live == dict(enumerate(values)) and kinds <= {proto.RecordMsg, proto.HeadMsg}, kinds
+        newest = {key: i for i, key in enumerate(record_keys) if key is not None}
+        kept = set(newest.values()) | {i for i, key in enumerate(record_keys) if key is None}
+        wait_for(lambda: ours.stats()["compaction_deleted"] == 400 - len(kept), 30, what="our store compacted")
+        producer.close(timeout=10)  # (nothing left to answer: the store alone holds the partition)
+
+        ref.send(proto.FetchMsg(address, writer, TOPIC, 0, 400))  # a reference store that joins late
+        filled: dict[int, bytes] = {}
+        deadline = time.monotonic() + 20
+        while len(filled) < 400 and time.monotonic() < deadline:
+            ref.pump()
+            if ref.sub.poll(20):
+                msg = proto.decode(ref.sub.recv_multipart())
+                kinds.add(type(msg))
+                if type(msg) is proto.DirectRecordMsg and msg.subject == TOPIC:
+                    filled[msg.sequence] = msg.content
+        assert filled == {i: values[i] if i in kept else b"" for i in range(400)}
+        assert kinds <= {proto.RecordMsg, proto.HeadMsg, proto.DirectRecordMsg}, kinds
+    finally:
+        producer.close(timeout=5)
+        ref.close()
+        ours.stop()
