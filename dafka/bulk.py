@@ -16,6 +16,7 @@ it, and the sizing of each message.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Hashable
 
 from . import proto
@@ -56,7 +57,10 @@ class Negotiated:
     """Requesters that announced bulk answers, from the (un)subscriptions an
     answering peer's XPUB sees."""
 
-    def __init__(self) -> None:
+    def __init__(self, per_pipe: bool = False) -> None:
+        # With XPUB_VERBOSER (a producer's) every pipe's (un)subscription is seen: a requester that reconnected
+        # before its old pipe went still reads them when the old one's unsubscription comes (dafka.inflight).
+        self._pipes: Counter[tuple[bytes, str]] | None = Counter() if per_pipe else None
         self.records: set[str] = set()  # subscribed R<requester>: DIRECT-RECORDS
         self.partitions: set[str] = set()  # subscribed P<requester>: DIRECT-PARTITIONS
         self.keyed: set[str] = set()  # subscribed V<requester>: DIRECT-KEYED-RECORDS in place of DIRECT-RECORDS
@@ -78,7 +82,16 @@ class Negotiated:
         else:
             return False
         if sub.topic:
-            if sub.subscribe:
+            pipes = self._pipes
+            if pipes is not None:
+                key = (sub.msg_id, sub.topic)
+                pipes[key] += 1 if sub.subscribe else -1
+                if pipes[key] > 0:
+                    which.add(sub.topic)
+                    return True
+                del pipes[key]
+                which.discard(sub.topic)
+            elif sub.subscribe:
                 which.add(sub.topic)
             else:
                 which.discard(sub.topic)

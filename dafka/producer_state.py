@@ -72,7 +72,7 @@ class ProducerState:
         self.fetches_received = 0
         self.records_answered = 0
         self.ledger = InflightLedger(fetch_inflight_bytes, per_pipe=True)
-        self.bulk = bulk_answers.Negotiated()
+        self.bulk = bulk_answers.Negotiated(per_pipe=True)  # (XPUB_VERBOSER)
         # Live records in batches (RECORDS) for the subscribers that read them.
         self.audience = batching.Audience(topic, address)
         self.batch: list[bytes] = []  # published records waiting to go out in one RECORDS

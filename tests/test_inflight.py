@@ -73,6 +73,28 @@ def test_per_pipe_a_requester_listens_until_its_last_pipe_goes():
     assert not verbose.listening(A, False) and not verbose.listens(A)
 
 
+def test_per_pipe_a_requester_reads_keys_until_its_last_pipe_goes():
+    """The same for what a requester reads (bulk.Negotiated): the old pipe's unsubscription of V, coming after
+    the new pipe's subscription, left a producer answering a store writer without keys (a compacted CDC topic
+    whose store then never compacted those records)."""
+    from dafka import bulk
+
+    def sub(subscribe: bool) -> proto.Subscription:
+        return proto.decode_subscription(bytes([subscribe]) + proto.subscription(proto.DIRECT_KEYED_RECORDS, A,
+                                                                                 exact=True))
+
+    negotiated = bulk.Negotiated(per_pipe=True)
+    for subscribe in (True, True, False):
+        negotiated.on_subscription(sub(subscribe))
+    assert A in negotiated.keyed
+    negotiated.on_subscription(sub(False))
+    assert A not in negotiated.keyed
+    verbose = bulk.Negotiated()
+    for subscribe in (True, True, False):
+        verbose.on_subscription(sub(subscribe))
+    assert A not in verbose.keyed
+
+
 def test_only_listeners_are_charged():
     """libzmq queues nothing for an address nobody subscribed: a FETCH that
     arrives before its requester's subscription, or one from an address
