@@ -12,7 +12,7 @@ from cdchelpers import WRITER, Connector, Running, assert_same, assert_waits_for
 from dafka.cdc.apply import TableState, key_of
 from dafka.cdc.connector import ServerUnavailable
 from dafka.cdc.postgres import CdcError, PostgresCapture, PostgresSource
-from dafka.store import Store
+from dafka.store import Store, keys
 from helpers import loopback_config, script, wait_for
 from pgserver import PostgresServer
 
@@ -317,3 +317,51 @@ def test_the_slot_follows_the_wal_while_the_captured_tables_are_idle(pg, db, tow
         assert connector.error is None
     finally:
         connector.stop()
+
+
+def _table_scans(pg, db, table: str) -> int:
+    """Every scan of ``table`` PostgreSQL has counted (sequential and index): a query that read its rows."""
+    ((seq, idx),) = pg.sql("SELECT seq_scan, COALESCE(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = %s",
+                           dbname=db, params=(table,))
+    return seq + idx
+
+
+@pytest.mark.timeout(900)
+def test_a_compacted_cdc_topic_rebuilds_the_table_for_a_new_consumer_without_asking_postgres(pg, db, tower, tmp_path):
+    """rfc 19 and rfc/cdc.md: 100,000 rows updated 1,000,000 times (ten UPDATEs of every row) and 100 deleted;
+    the store compacts the topic to about one record per row; a consumer that starts then rebuilds the table
+    equal to the source from the stores alone: PostgreSQL counts no scan of the table meanwhile."""
+    rows, rounds = 100_000, 10
+    pg.sql("CREATE TABLE kv (id int PRIMARY KEY, v bigint NOT NULL, note text)", dbname=db)
+    pg.sql(f"INSERT INTO kv SELECT g, 0, 'row ' || g FROM generate_series(1, {rows}) g", dbname=db)
+    store = Store(loopback_config(tower, store__compaction__topics="kv"), db=str(tmp_path / "kv.db")).start()
+    connector = Connector(pg, db, tower, tmp_path, tables=["public.kv"], topic="kv")
+    try:
+        wait_for(lambda: connector.capture.stats.snapshot_rows == rows or connector.error, 120, what="the bootstrap")
+        for _ in range(rounds):
+            pg.sql("UPDATE kv SET v = v + 1", dbname=db)  # one transaction of 100,000 changes
+        pg.sql("DELETE FROM kv WHERE id % 1000 = 0", dbname=db)  # op d envelopes, which supersede their rows
+        pg.sql("INSERT INTO kv VALUES (0, -1, 'the last change')", dbname=db)
+        published = rows + rounds * rows + rows // 1000 + 1
+
+        def records() -> int:
+            with store._db.lock:
+                return sum(1 for _ in store._db.db.iterator(prefix=keys.RECORD + b"kv\0", include_value=False))
+
+        wait_for(lambda: sum(h + 1 for (t, _), h in store.heads().items() if t == "kv") >= published
+                 or connector.error, 300, interval=0.5, what="the store to hold every change")
+        # the store compacts the 1,100,101 records to about one a row: each row's newest change (a deleted
+        # row's is its delete); the partition is compacted to its head once idle (store/cleaner.IDLE_MS)
+        wait_for(lambda: records() <= rows * 1.05, 300, interval=1.0, what="the topic compacted to a record a row")
+        assert connector.error is None
+        scans = _table_scans(pg, db, "kv")
+        state = TableState()
+        changes = consume_into(tower, "kv", state, lambda s, c: any(ch["key"] == {"id": 0} for ch in c), timeout=120)
+        assert _table_scans(pg, db, "kv") == scans, "the new consumer's bootstrap made PostgreSQL read the table"
+        assert connector.capture.stats.snapshot_rows == rows  # (no snapshot asked again)
+        assert len(changes) <= rows * 1.05, len(changes)
+        assert_same(state.rows("public.kv"), table_rows(pg, db, "public.kv"))
+        assert all(row["v"] == rounds for key, row in state.rows("public.kv").items() if row["id"])
+    finally:
+        connector.stop()
+        store.stop()

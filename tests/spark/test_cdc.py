@@ -16,6 +16,8 @@ from cdchelpers import Connector, assert_same, table_rows  # noqa: E402
 from dafka.cdc.apply import key_of  # noqa: E402
 from dafka.spark.cdc import apply_batch, materialize, read_state  # noqa: E402
 from dafka.spark.examples import cdc_table  # noqa: E402
+from dafka.store import Store, cleaner  # noqa: E402
+from helpers import loopback_config  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.cdc, pytest.mark.timeout(300)]
 
@@ -71,6 +73,44 @@ def test_batch_materialize_equals_the_table(spark, pg, db, tower, store, tmp_pat
         assert_same(as_rows(spark.read.parquet(str(out)), "public.items", pg, db), table_rows(pg, db, "public.items"))
     finally:
         connector.stop()
+
+
+def test_materialize_of_a_compacted_topic_equals_the_table(spark, pg, db, tower, tmp_path, monkeypatch):
+    """rfc 19: the store keeps each row's newest change only; Spark reads the holes compaction left, live (DIRECT-GAP)
+    and through the store's directory, and the table it rebuilds is SELECT *."""
+    monkeypatch.setattr(cleaner, "IDLE_MS", 500)  # the partition is compacted to its head once idle 0.5 s
+    store = Store(loopback_config(tower, store__compaction__topics="items"), db=str(tmp_path / "compacted")).start()
+    try:
+        load(pg, db)
+        connector = Connector(pg, db, tower, tmp_path, tables=["public.items"], topic="items")
+        try:
+            wait_for(lambda: connector.capture.stats.snapshot_rows == 400 or connector.error, 30, what="the bootstrap")
+            for round_ in range(6):
+                change(pg, db, round_)
+            wait_for(lambda: connector.capture.stats.confirmed_lsn >= connector.capture.stats.wal_end > 0
+                     and connector.capture.stats.changes >= 400, 30, what="every change acked")
+            published = connector.capture.stats.changes + connector.capture.stats.snapshot_rows
+            deleted: list[int] = []
+
+            def compacted() -> bool:
+                deleted.append(store.stats()["compaction_deleted"])
+                return len(deleted) > 3 and deleted[-1] == deleted[-4] > 0  # no more for a while
+
+            wait_for(compacted, 60, interval=0.5, what="the store to compact the topic")
+            assert connector.error is None
+            records = (spark.read.format("dafka").option("topic", "items").option("tower", tower.pub_endpoint)
+                       .option("towerSub", tower.sub_endpoint).option("dafka.beacon/address", "127.0.0.1").load())
+            assert records.count() == published - deleted[-1] < published
+            expected = table_rows(pg, db, "public.items")
+            assert_same(as_rows(materialize(records, "public.items"), "public.items", pg, db), expected)
+            out = tmp_path / "items.parquet"
+            cdc_table.main(["--path", store.path, "--topic", "items", "--table", "public.items", "--out", str(out)],
+                           spark=spark)
+            assert_same(as_rows(spark.read.parquet(str(out)), "public.items", pg, db), expected)
+        finally:
+            connector.stop()
+    finally:
+        store.stop()
 
 
 def test_streaming_foreach_batch_keeps_a_parquet_copy_current_and_reruns_are_idempotent(spark, pg, db, tower, store,
