@@ -406,9 +406,10 @@ define("store/compaction/tombstone_ms", "int", 86400000,
        "a compacted topic's tombstone (a keyed record with an empty value: the key was deleted) is dropped this "
        "long after a store received it, once no older record of its key is left (Kafka's delete.retention.ms)",
        minimum=0, unit=_MS)
-define("store/compaction/budget", "int", 5000,
-       "record keys a store's compaction looks at in one step between two writes: it never holds writes up for "
-       "longer than such a step", minimum=100, unit="keys")
+define("store/compaction/budget", "int", 500,
+       "record keys a store's compaction looks at in one step between two writes (a step every 5 ms while a "
+       "pass goes on, when no record waits): it never holds writes up for longer than such a step, about 1 ms "
+       "at 500", minimum=100, unit="keys")
 define("store/replicas", "int", 0,
        "sharded stores (rfc 16): each partition lives on this many stores, placed by rendezvous hashing over "
        "the stores alive, and moved when stores come and go; 0 = every store holds every partition (RFC 46)",

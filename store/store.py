@@ -222,6 +222,8 @@ class Store:
             "retention_deleted": w.retention_deleted,
             "compaction_deleted": w.compaction_deleted,
             "compaction_passes": w.compaction_passes,
+            "compaction_seconds": round(w.compaction_seconds, 3),
+            "compaction_cpu_seconds": round(w.compaction_cpu_seconds, 3),
             "memory_releases": w.releases,
             "offsets_compacted": w.compacted,
             "offsets_expired": w.expired,

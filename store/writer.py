@@ -40,6 +40,8 @@ DRAIN_STEP = 32  # ...taken at most this many messages at a time
 TICK = 0.1  # seconds between fetch-retry checks
 HOUSEKEEPING = 1.0  # seconds between write retries / retention passes
 BACKLOG_PASS = 0.05  # ...or while a pass left work for the next one
+COMPACTION_STEP = 0.005  # ...or while a compaction pass goes on: a step of store/compaction/budget keys, once no
+# record waits
 FETCH_RETRY = 1.0  # seconds before a FETCH without progress is repeated
 
 
@@ -68,8 +70,11 @@ class Writer(RoleThread):
         self.tombstone_ms = config["store/compaction/tombstone_ms"]
         self.compaction_budget = config["store/compaction/budget"]
         self._pass: cleaner.Pass | None = None
+        self._pass_started = 0.0
         self.compaction_deleted = 0  # records of compacted topics deleted as superseded (or old tombstones)
         self.compaction_passes = 0
+        self.compaction_seconds = 0.0  # passes' wall time, first step to last (not the waits for one to be due)
+        self.compaction_cpu_seconds = 0.0  # the writer thread's CPU in compaction steps, their deletions included
         self.offsets_retention_ms = config["store/offsets/retention_ms"]
         self.compacted = 0  # offsets-topic records deleted as superseded
         self.expired = 0  # offsets-topic partitions deleted whole
@@ -228,9 +233,13 @@ class Writer(RoleThread):
                     next_tick = now + TICK
                 elif not state.awaiting:
                     next_tick = now  # the first gap is looked at after its fetch_retry, from the tick
-                if now >= next_housekeeping:
+                if now >= next_housekeeping and self._pass is not None and \
+                        self._sub.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                    pass  # records wait: written first, the compaction step after them
+                elif now >= next_housekeeping:
                     more = self._housekeeping()
-                    next_housekeeping = now + (BACKLOG_PASS if more else HOUSEKEEPING)
+                    next_housekeeping = now + (COMPACTION_STEP if self._pass is not None else
+                                               BACKLOG_PASS if more else HOUSEKEEPING)
             self._commit()
             if self.state.failed is not None:
                 self._write(self.state.failed)
@@ -429,6 +438,13 @@ class Writer(RoleThread):
 
     def _compact_step(self) -> bool:
         """One step of a compaction pass (store/cleaner.py), a new pass if one is due; True while one goes on."""
+        cpu = time.thread_time()
+        try:
+            return self._compact_step_timed()
+        finally:
+            self.compaction_cpu_seconds += time.thread_time() - cpu
+
+    def _compact_step_timed(self) -> bool:
         now_ms = int(time.time() * 1000)
         cleaning = self._pass
         if cleaning is not None and self.state.partitions.get(
@@ -439,6 +455,7 @@ class Writer(RoleThread):
             if p is None:
                 return False
             cleaning = self._pass = cleaner.Pass(p, cleaner.tombstone_limit(self._db, p, now_ms, self.tombstone_ms))
+            self._pass_started = time.monotonic()
         deletes = cleaning.step(self._db, self.compaction_budget)
         if deletes:
             try:
@@ -454,6 +471,7 @@ class Writer(RoleThread):
             cleaning.finish(now_ms, self.tombstone_ms)
             self._pass = None
             self.compaction_passes += 1
+            self.compaction_seconds += time.monotonic() - self._pass_started
             p = cleaning.partition
             log.log(logging.INFO if self.verbose else logging.DEBUG,
                     "store: compacted %s/%s up to %d: %d records deleted, %d keyed kept",
