@@ -12,6 +12,7 @@ as a ratio to it, because shared machines are noisy.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -145,6 +146,9 @@ def role_producer(a: argparse.Namespace) -> None:
     body = b"x" * a.size
     stamp = a.stamp
     send = producer.send
+    acks: list[float] = []  # --ack-latency: send to ack of every 100th record, seconds
+    if a.keys or a.ack_latency:
+        send = keyed_send(producer, a.keys, a.ack_latency, acks)
     cpu = phases["ready"] = cpu_seconds()
     if a.stay:
         print("sending", flush=True)  # for an orchestrator that acts mid-stream (bench/recovery_bench.py)
@@ -182,7 +186,13 @@ def role_producer(a: argparse.Namespace) -> None:
     phases["sent"] = cpu_seconds()
     # CPU seconds of each phase of the process: the interpreter's start, importing dafka, creating
     # the producer and meeting its first peers, sending (and the acks).
-    result = {"sent": a.records, "send_seconds": sent, "ack_seconds": acked, "send_started": started,
+    if acks:
+        acks.sort()
+        result_acks = {"ack_p50_ms": acks[len(acks) // 2] * 1e3, "ack_p99_ms": acks[int(len(acks) * 0.99)] * 1e3,
+                       "ack_samples": len(acks)}
+    else:
+        result_acks = {}
+    result = {**result_acks, "sent": a.records, "send_seconds": sent, "ack_seconds": acked, "send_started": started,
               "cpu_phases": {"interpreter": phases["start"], "import dafka": phases["import"] - phases["start"],
                              "discovery": phases["ready"] - phases["import"], "sending": phases["sent"] - phases["ready"]}}
     if a.hold:
@@ -196,6 +206,23 @@ def role_producer(a: argparse.Namespace) -> None:
         _close_quietly(producer)
     else:
         producer.close(timeout=30)
+
+
+def keyed_send(producer, keys: int, ack_latency: bool, acks: list[float]):
+    """``producer.send`` for keyed records, cycling over ``keys`` keys (0: none), and with ``ack_latency``
+    the time from sending every 10th record to its ack appended to ``acks``."""
+    record_keys = [b"key-%08d" % i for i in range(keys)] or [None]
+    counter = itertools.count()
+
+    def send(value: bytes) -> None:
+        i = next(counter)
+        key = record_keys[i % len(record_keys)]
+        if ack_latency and i % 10 == 0:
+            at = time.perf_counter()
+            producer.send(value, key=key, on_delivery=lambda _m, _e: acks.append(time.perf_counter() - at))
+        else:
+            producer.send(value, key=key)
+    return send
 
 
 def _close_quietly(producer) -> None:
@@ -1039,6 +1066,13 @@ def scenario_ui(a: argparse.Namespace) -> dict:
                                                a.ui_rate, idle_wait=a.ui_idle_wait, browser=bool(a.ui_browser))
 
 
+def scenario_compaction(a: argparse.Namespace) -> dict:
+    """bench/compaction_bench.py: writes with and without compaction, a CDC bootstrap from a compacted topic
+    against SIGUSR1, and compaction's throughput."""
+    return scenario_module("compaction_bench").run_all(sys.modules[__name__], a.compaction_records,
+                                                       a.compaction_keys, a.bootstrap_rows)
+
+
 def scenario_scale(a: argparse.Namespace) -> dict:
     """bench/scale_bench.py: discovery's cost against the number of peers."""
     scale_bench = scenario_module("scale_bench")
@@ -1283,8 +1317,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--skip", default="",
                     help="comma-separated scenarios to skip (recovery, store, bulk, partitions, groups, idle, hold, "
-                         "spark, cdc, mirror, burst, scale, shards, ui)")
-    ap.add_argument("--only", choices=("cdc", "mirror", "burst", "scale", "shards", "ui"),
+                         "spark, cdc, mirror, burst, scale, shards, ui, compaction)")
+    ap.add_argument("--only", choices=("cdc", "mirror", "burst", "scale", "shards", "ui", "compaction"),
                     help="run only this scenario (burst measures its own ceiling)")
     ap.add_argument("--ab", nargs="?", const="v0.2.0", metavar="REV",
                     help="same-run A/B: this checkout against REV (default: the last release, v0.2.0) in "
@@ -1310,6 +1344,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shard-records", type=int, default=200_000, help="records of each row of the shards scenario")
     ap.add_argument("--shard-partitions", type=int, default=64,
                     help="partitions of the shards scenario (its capacity rows and its rebalance)")
+    ap.add_argument("--compaction-records", type=int, default=500_000,
+                    help="keyed records of each write run of the compaction scenario (bench/compaction_bench.py)")
+    ap.add_argument("--compaction-keys", type=int, default=10_000, help="keys those records cycle over")
     ap.add_argument("--ui-partitions", type=int, default=3000, help="partitions the ui scenario's store holds")
     ap.add_argument("--ui-records", type=int, default=10_000_000, help="records the ui scenario's store holds")
     ap.add_argument("--ui-seconds", type=float, default=30.0, help="how long the ui scenario measures each CPU figure")
@@ -1334,6 +1371,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-acks", type=int, default=0)
     ap.add_argument("--rate", type=int, default=0)
     ap.add_argument("--stamp", action="store_true")
+    ap.add_argument("--keys", type=int, default=0, help="producer role: keyed records, cycling over this many keys")
+    ap.add_argument("--ack-latency", action="store_true",
+                    help="producer role: the time from send to ack of every 10th record (p50, p99)")
     ap.add_argument("--hold", action="store_true")
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--wait-peers", type=int, default=0, help="producer role: wait until the towers report this many peers")
@@ -1366,7 +1406,8 @@ def main(argv: list[str] | None = None) -> int:
                 "burst": lambda: scenario_store_burst(a.burst_records, a.burst_set),
                 "scale": lambda: scenario_scale(a),
                 "shards": lambda: scenario_shards(a),
-                "ui": lambda: scenario_ui(a)}
+                "ui": lambda: scenario_ui(a),
+                "compaction": lambda: scenario_compaction(a)}
         results = {a.only: only[a.only]()}
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=2))
@@ -1439,6 +1480,8 @@ def main(argv: list[str] | None = None) -> int:
         results["shards"] = scenario_shards(a)
     if "ui" not in skip and "store" not in skip and store_available():
         results["ui"] = scenario_ui(a)
+    if "compaction" not in skip and "store" not in skip and store_available():
+        results["compaction"] = scenario_compaction(a)
     if "hold" not in skip:
         results["hold"] = scenario_hold_unacked(a.hold_records)
         h = results["hold"]
