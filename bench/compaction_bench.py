@@ -68,7 +68,8 @@ def writes(run: ModuleType, compacted: bool, records: int, keys: int, paced_rate
         time.sleep(1.0)
         common = ["--topic", TOPIC, "--size", str(SIZE), "--min-acks", "1", "--keys", str(keys)]
         full = run.result_of(c.spawn("producer", "--records", str(records), *common))
-        paced = run.result_of(c.spawn("producer", "--records", str(paced_rate * 10), "--rate", str(paced_rate),
+        paced = run.result_of(c.spawn("producer", "--records", str(min(paced_rate * 10, records)), "--rate",
+                                      str(paced_rate),
                                       "--ack-latency", *common))
         stats = _stats(progress)
         c.stop_store(store)

@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "run.py"
 TINY = ["--records", "2000", "--catchup-records", "2000", "--hold-records", "2000", "--sizes", "100",
         "--cdc-records", "2000", "--bootstrap-rows", "2000", "--cdc-latency-seconds", "1", "--mirror-lag-seconds", "1",
         "--burst-records", "2000", "--scale-peers", "30", "--scale-seconds", "1", "--idle-seconds", "2",
-        "--partitions", "1,8"]
+        "--partitions", "1,8", "--compaction-records", "2000", "--compaction-keys", "100"]
 
 
 def bench(processes, tmp_path, *args: str) -> tuple[dict, str]:
@@ -38,7 +38,7 @@ def bench(processes, tmp_path, *args: str) -> tuple[dict, str]:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_benchmark_runs_and_reports_every_scenario(processes, tmp_path):
-    results, stdout = bench(processes, tmp_path, "--skip", "spark,cdc,mirror,burst,scale,ui")
+    results, stdout = bench(processes, tmp_path, "--skip", "spark,cdc,mirror,burst,scale,ui,compaction")
     assert "raw pyzmq PUB/SUB ceiling" in stdout and "(1.00x)" in stdout
     run = results["runs"]["100"]
     assert run["ceiling"]["rate"] > 0
@@ -118,6 +118,22 @@ def test_benchmark_cdc(processes, tmp_path):
         assert cdc["single_row"]["rate"] > 0 and cdc["txn_100"]["rate"] > 0 and cdc["bootstrap"]["rows"] == 2000
         assert cdc["latency"]["changes"] == cdc["latency"]["of"] == 1000
         assert "change data capture" in stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_benchmark_compaction(processes, tmp_path):
+    results, stdout = bench(processes, tmp_path, "--only", "compaction")
+    compaction = results["compaction"]
+    assert [r["compacted"] for r in compaction["rounds"]] == [False, True, False, True]
+    for row in compaction["rounds"]:
+        assert row["ack_rate"] > 0 and row["ack_p99_ms"] >= row["ack_p50_ms"] > 0, row
+        assert (row["removed"] > 0) == row["compacted"], row  # 2,000 records over 100 keys: most go
+    boot = compaction["bootstrap"]  # (skipped where no PostgreSQL is installed; tox requires it)
+    if "skipped" not in boot or os.environ.get("DAFKA_REQUIRE_POSTGRES") == "1":
+        assert boot["from_stores"]["received"] == boot["rows"] == 2000 and boot["sigusr1"]["database_rows"] == 2000
+        assert boot["compaction"]["removed"] >= 2000 and boot["compaction"]["store_cpu_us"] > 0
+    assert "with / without" in stdout and "compaction CPU" in stdout
 
 
 def _bench_module():
