@@ -106,6 +106,21 @@ def test_stores_compact_and_every_reader_gets_the_newest_value_of_each_key(tower
             store.stop()
 
 
+def contents_received(peer: RawPeer, kind: type, count: int, kinds: set[type]) -> dict[int, bytes]:
+    """The contents of the ``kind`` messages of TOPIC the raw peer receives, by sequence, until it has ``count``
+    (or 20 s passed); ``kinds`` collects the type of every message it received."""
+    got: dict[int, bytes] = {}
+    deadline = time.monotonic() + 20
+    while len(got) < count and time.monotonic() < deadline:
+        peer.pump()
+        if peer.sub.poll(20):
+            msg = proto.decode(peer.sub.recv_multipart())
+            kinds.add(type(msg))
+            if type(msg) is kind and msg.subject == TOPIC:
+                got[msg.sequence] = msg.content
+    return got
+
+
 @pytest.mark.timeout(120)
 def test_a_reference_store_beside_a_compacting_one_keeps_everything_and_fills_holes_with_empty_records(
         tower, tmp_path, monkeypatch):
@@ -129,16 +144,8 @@ def test_a_reference_store_beside_a_compacting_one_keeps_everything_and_fills_ho
         producer.send_many(values, keys=record_keys)
         producer.flush(20)
         address = producer.address
-        live: dict[int, bytes] = {}
         kinds: set[type] = set()
-        deadline = time.monotonic() + 20
-        while len(live) < 400 and time.monotonic() < deadline:
-            ref.pump()
-            if ref.sub.poll(20):
-                msg = proto.decode(ref.sub.recv_multipart())
-                kinds.add(type(msg))
-                if type(msg) is proto.RecordMsg and msg.topic == TOPIC:
-                    live[msg.sequence] = msg.content
+        live = contents_received(ref, proto.RecordMsg, 400, kinds)
         assert live == dict(enumerate(values)) and kinds <= {proto.RecordMsg, proto.HeadMsg}, kinds
         newest = {key: i for i, key in enumerate(record_keys) if key is not None}
         kept = set(newest.values()) | {i for i, key in enumerate(record_keys) if key is None}
@@ -146,15 +153,7 @@ def test_a_reference_store_beside_a_compacting_one_keeps_everything_and_fills_ho
         producer.close(timeout=10)  # (nothing left to answer: the store alone holds the partition)
 
         ref.send(proto.FetchMsg(address, writer, TOPIC, 0, 400))  # a reference store that joins late
-        filled: dict[int, bytes] = {}
-        deadline = time.monotonic() + 20
-        while len(filled) < 400 and time.monotonic() < deadline:
-            ref.pump()
-            if ref.sub.poll(20):
-                msg = proto.decode(ref.sub.recv_multipart())
-                kinds.add(type(msg))
-                if type(msg) is proto.DirectRecordMsg and msg.subject == TOPIC:
-                    filled[msg.sequence] = msg.content
+        filled = contents_received(ref, proto.DirectRecordMsg, 400, kinds)
         assert filled == {i: values[i] if i in kept else b"" for i in range(400)}
         assert kinds <= {proto.RecordMsg, proto.HeadMsg, proto.DirectRecordMsg}, kinds
     finally:

@@ -45,13 +45,19 @@ def change(pg, db, round_: int) -> None:
            f"INSERT INTO items SELECT 1000 + g, {round_}, 'new', g FROM generate_series(1, 20) g; COMMIT", dbname=db)
 
 
-def test_batch_materialize_equals_the_table(spark, pg, db, tower, store, tmp_path):
+def loaded_and_changed(pg, db, tower, tmp_path, rounds: int):
+    """The items table loaded, captured into topic items, its bootstrap read, then ``rounds`` of changes."""
     load(pg, db)
     connector = Connector(pg, db, tower, tmp_path, tables=["public.items"], topic="items")
+    wait_for(lambda: connector.capture.stats.snapshot_rows == 400 or connector.error, 30, what="the bootstrap")
+    for round_ in range(rounds):
+        change(pg, db, round_)
+    return connector
+
+
+def test_batch_materialize_equals_the_table(spark, pg, db, tower, store, tmp_path):
+    connector = loaded_and_changed(pg, db, tower, tmp_path, 3)
     try:
-        wait_for(lambda: connector.capture.stats.snapshot_rows == 400 or connector.error, 30, what="the bootstrap")
-        for round_ in range(3):
-            change(pg, db, round_)
         pg.sql("ALTER TABLE items ADD COLUMN note text", dbname=db)
         pg.sql("UPDATE items SET note = 'x' WHERE line = 5", dbname=db)
         pg.sql("INSERT INTO items (order_id, line, sku, qty, note) VALUES (99999, 1, 'marker', 1, 'end')", dbname=db)
@@ -81,12 +87,8 @@ def test_materialize_of_a_compacted_topic_equals_the_table(spark, pg, db, tower,
     monkeypatch.setattr(cleaner, "IDLE_MS", 500)  # the partition is compacted to its head once idle 0.5 s
     store = Store(loopback_config(tower, store__compaction__topics="items"), db=str(tmp_path / "compacted")).start()
     try:
-        load(pg, db)
-        connector = Connector(pg, db, tower, tmp_path, tables=["public.items"], topic="items")
+        connector = loaded_and_changed(pg, db, tower, tmp_path, 6)
         try:
-            wait_for(lambda: connector.capture.stats.snapshot_rows == 400 or connector.error, 30, what="the bootstrap")
-            for round_ in range(6):
-                change(pg, db, round_)
             wait_for(lambda: connector.capture.stats.confirmed_lsn >= connector.capture.stats.wal_end > 0
                      and connector.capture.stats.changes >= 400, 30, what="every change acked")
             published = connector.capture.stats.changes + connector.capture.stats.snapshot_rows
