@@ -15,9 +15,9 @@
   the last row).  PostgreSQL's own CPU is not counted.
 * **Compaction throughput**: the re-snapshot superseded every one of those
   records; the store removes them: records removed a second of the passes'
-  time (``compaction_seconds``: first step to last, not the waits for a pass
+  time (``compaction_ms``: first step to last, not the waits for a pass
   to be due) and the writer thread's CPU in compaction steps per record
-  removed (``compaction_cpu_seconds``), as the store's counters say.
+  removed (``compaction_cpu_ms``), as the store's counters say.
 
 Run alone: ``python3 bench/run.py --only compaction`` (``--compaction-records``,
 ``--compaction-keys``, ``--bootstrap-rows``).
@@ -123,10 +123,9 @@ def bootstrap(run: ModuleType, rows: int) -> dict:
         end = _wait_stats(progress, lambda s: s["compaction_passes"] > before["compaction_passes"] and
                           s["compaction_deleted"] >= target, 60, "the pass to end")
         removed = end["compaction_deleted"] - before["compaction_deleted"]
-        seconds = end["compaction_seconds"] - before["compaction_seconds"]
+        seconds = (end["compaction_ms"] - before["compaction_ms"]) / 1000
         out["compaction"] = {"removed": removed, "seconds": seconds, "rate": removed / seconds,
-                             "store_cpu_us": (end["compaction_cpu_seconds"] - before["compaction_cpu_seconds"])
-                             / removed * 1e6,
+                             "store_cpu_us": (end["compaction_cpu_ms"] - before["compaction_cpu_ms"]) / removed * 1e3,
                              "passes": end["compaction_passes"] - before["compaction_passes"]}
         c.stop_store(store)
     finally:

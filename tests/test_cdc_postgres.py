@@ -326,6 +326,7 @@ def _table_scans(pg, db, table: str) -> int:
     return seq + idx
 
 
+@pytest.mark.serial  # PostgreSQL writing 1,000,000 changes, the connector and the store keep 2 cores busy for a minute
 @pytest.mark.timeout(900)
 def test_a_compacted_cdc_topic_rebuilds_the_table_for_a_new_consumer_without_asking_postgres(pg, db, tower, tmp_path):
     """rfc 19 and rfc/cdc.md: 100,000 rows updated 1,000,000 times (ten UPDATEs of every row) and 100 deleted;

@@ -45,6 +45,10 @@ def copies(stores, producers) -> collections.Counter:
     return held
 
 
+# Alone, after the parallel phase: beside three other workers on 2 cores its starved stores took each other for
+# dead and placed partitions again, and the group delivered thousands of records twice (CI, three runs of five).
+# That false death under starvation is an open bug of its own; this test is about a join and a leave.
+@pytest.mark.serial
 def test_a_store_joins_and_another_leaves_mid_load(cluster, fault_report):
     stores = {name: cluster.store(name) for name in ("s1", "s2", "s3", "s4")}
     cluster.consumer("live", TOPIC)
