@@ -71,6 +71,9 @@ def value(i: int) -> bytes:
     return b"%08d" % i + PAD
 
 
+# A whole process's memory, measured: alone, after the parallel phase. Beside three other workers on 2 cores
+# its starved store held +44.7 MiB of anonymous memory against a bound of +21 (CI, once in four runs this week).
+@pytest.mark.serial
 @pytest.mark.timeout(180)
 def test_a_burst_stays_under_the_store_bounds_and_nothing_is_lost(tower, processes, tmp_path):
     settings = [arg for key, val in BOUNDS.items() for arg in ("-X", f"{key}={val}")]
