@@ -79,6 +79,21 @@ def test_a_store_heard_within_dead_after_stays_in_the_view():
     assert placement.expire(10.5) == [STORES[1]] and sorted(placement.view()) == [STORES[0], STORES[2]]
 
 
+def test_a_stall_of_its_own_loop_is_nobodys_silence():
+    """Beats every second, dead_after 10: a look 12 s after the last means this store stood still (the others'
+    heartbeats wait unread in its socket); nobody is dead for it, and a store that stays silent afterwards is,
+    dead_after later."""
+    placement = Placement(STORES[0], "", 2, dead_after=10, handoff=1, alive_after=4)
+    placement.on_member(member(STORES[1], heard=0))
+    placement.on_member(member(STORES[2], heard=0))
+    assert placement.expire(1.0) == []
+    assert placement.expire(13.0) == [] and len(placement.view()) == 3  # a 12 s stall of its own
+    placement.on_member(member(STORES[2], heard=13.5))  # the queued heartbeats, read at last
+    for now in range(14, 23):
+        assert placement.expire(float(now)) == []
+    assert placement.expire(23.5) == [STORES[1]]  # silent 10.5 s since the stall ended
+
+
 def test_a_leaving_store_is_out_of_the_view_at_once():
     placement = Placement(STORES[0], "", 2, dead_after=10, handoff=1, alive_after=4)
     placement.on_member(member(STORES[1]))

@@ -107,8 +107,9 @@ def test_a_dead_store_s_partitions_are_taken_up_after_dead_ms_not_before():
     theirs = owned_by(OTHER, {ME: "", OTHER: ""})
     for p in theirs:
         s.on_frames(head(p, 5))
-    s.now = 9.0
-    s.place(9.0)
+    for now in range(1, 10):  # a beat a second, as the writer places at each
+        s.now = float(now)
+        s.place(float(now))
     assert not any((TOPIC, p) in s.partitions for p in theirs)
     s.place(10.5)  # not heard for store/dead_ms (10 s)
     assert all((TOPIC, p) in s.partitions for p in theirs)
