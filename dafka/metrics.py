@@ -62,6 +62,11 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
                                                 "store/replicas live, complete copies (rfc 16)", ()),
     "dafka_store_partitions_moved": ("counter", "partitions a sharded store took up (in) or handed over and "
                                      "deleted (out)", ("direction",)),
+    "dafka_store_compaction_deleted": ("counter", "records of compacted topics a store deleted: superseded by a "
+                                       "newer record of their key, or old tombstones (rfc 19)", ()),
+    "dafka_store_compaction_passes": ("counter", "compaction passes a store finished", ()),
+    "dafka_store_compaction_dirty": ("gauge", "records of compacted topics written since their partition's last "
+                                     "compaction pass ended", ()),
     "dafka_stored_head": ("gauge", "highest sequence a store has written, per partition", ("topic", "partition")),
     "dafka_producer_head": ("gauge", "highest sequence a producer published", ("topic", "partition")),
     "dafka_consumer_lag": ("gauge", "known head minus position, per partition", ("topic", "partition")),
@@ -237,6 +242,9 @@ def _store(store: Any, families: _Families, cap: int) -> None:
         families.add("dafka_store_under_replicated_partitions", writer, stats["under_replicated"])
         families.add("dafka_store_partitions_moved", dict(writer, direction="in"), stats["moves_in"])
         families.add("dafka_store_partitions_moved", dict(writer, direction="out"), stats["moves_out"])
+    families.add("dafka_store_compaction_deleted", writer, stats["compaction_deleted"])
+    families.add("dafka_store_compaction_passes", writer, stats["compaction_passes"])
+    families.add("dafka_store_compaction_dirty", writer, stats["compaction_dirty"])
     for level, size in store.level_bytes().items():
         families.add("dafka_store_level_bytes", dict(writer, level=str(level)), size)
     _capped(families, "dafka_stored_head", writer, [(t, p, head) for (t, p), head in store.heads().items()], cap)

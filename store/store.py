@@ -222,6 +222,7 @@ class Store:
             "retention_deleted": w.retention_deleted,
             "compaction_deleted": w.compaction_deleted,
             "compaction_passes": w.compaction_passes,
+            "compaction_dirty": w.compaction_dirty,
             "compaction_ms": int(w.compaction_seconds * 1000),
             "compaction_cpu_ms": int(w.compaction_cpu_seconds * 1000),
             "memory_releases": w.releases,

@@ -436,6 +436,16 @@ class Writer(RoleThread):
         more = bool(self._compaction) and self._compact_step()
         return (self._compacts and self._compact_offsets()) or more
 
+    @property
+    def compaction_dirty(self) -> int:
+        """Records of compacted topics written since their partition's last pass ended (Kafka's dirty part):
+        0 once every compacted partition is compacted up to its head."""
+        topics = self._compaction
+        if not topics:
+            return 0
+        return sum(p.written - p.cleaned for p in list(self.state.partitions.values())
+                   if p.written >= 0 and p.subject in topics)
+
     def _compact_step(self) -> bool:
         """One step of a compaction pass (store/cleaner.py), a new pass if one is due; True while one goes on."""
         cpu = time.thread_time()

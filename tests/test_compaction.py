@@ -55,6 +55,7 @@ def test_stores_compact_and_every_reader_gets_the_newest_value_of_each_key(tower
         wait_for(lambda: all(s.stats()["compaction_deleted"] >= superseded for s in stores), 30,
                  what="the stores compacted")
         assert [s.stats()["compaction_deleted"] for s in stores] == [superseded] * 2
+        wait_for(lambda: all(s.stats()["compaction_dirty"] == 0 for s in stores), 30, what="compacted to the head")
 
         expected = {}
         for value, key in zip(values, record_keys):
