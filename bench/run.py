@@ -16,7 +16,9 @@ import itertools
 import json
 import os
 import platform
+import re
 import resource
+import selectors
 import shutil
 import subprocess
 import sys
@@ -1080,6 +1082,25 @@ def scenario_scale(a: argparse.Namespace) -> dict:
     return scale_bench.run_all(sys.modules[__name__], [int(p) for p in a.scale_peers.split(",")], a.scale_seconds)
 
 
+def start_tower(timeout: float = 60.0) -> tuple[subprocess.Popen, str, str]:
+    """A dafka_towerd process on ports of its own choosing: (process, its sub endpoint, its pub endpoint).
+    Ports picked beforehand (:func:`free_port`) may be taken by another program before the tower binds them,
+    and a tower that could not bind leaves every peer of the scenario waiting for nothing."""
+    proc = subprocess.Popen([sys.executable, "-c", "from dafka.towerd.main import main; main()",
+                             "--sub", "tcp://127.0.0.1:*", "--pub", "tcp://127.0.0.1:*"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        ready = sel.select(timeout)
+    line = proc.stderr.readline() if ready else ""
+    found = re.search(r"beacons in (\S+), out (\S+)", line)
+    if found is None:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"the tower did not start in {timeout:.0f} s: {line.strip() or 'it said nothing'}")
+    return proc, found.group(1), found.group(2)
+
+
 def free_port() -> int:
     import socket
 
@@ -1118,9 +1139,7 @@ def scenario_idle(seconds: float) -> dict:
     """CPU and wake-ups of each role's daemon or console tool while nothing
     flows: a tower, a store, a producer that sent one record and waits on its
     stdin, and a consumer that got it; measured after a settling period."""
-    tower_sub, tower_pub = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     db = tempfile.mkdtemp(prefix="dafka-bench-idle-")
-    peer = ["--sub", tower_sub, "--pub", tower_pub, "-X", "beacon/address=127.0.0.1"]
 
     def tool(module: str, *args: str, stdin: bool = False) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-c", f"from {module} import main; main()", *args],
@@ -1130,7 +1149,8 @@ def scenario_idle(seconds: float) -> dict:
 
     procs = {}
     try:
-        procs["tower"] = tool("dafka.towerd.main", "--sub", tower_sub, "--pub", tower_pub)
+        procs["tower"], tower_sub, tower_pub = start_tower()
+        peer = ["--sub", tower_sub, "--pub", tower_pub, "-X", "beacon/address=127.0.0.1"]
         procs["store"] = tool("dafka.cli.stored", "--db", db, *peer)
         procs["consumer"] = tool("dafka.cli.consumer", "idle", "--from-beginning", "-q", *peer)
         procs["producer"] = tool("dafka.cli.producer", "idle", "-q", *peer, stdin=True)

@@ -195,14 +195,11 @@ def _rss_mib(pid: int) -> float:
 
 def run_one(run: ModuleType, peers: int, mode: str, seconds: float) -> dict:
     """One cluster of ``peers`` simulated peers: the figures of one row."""
-    tower_sub, tower_pub = f"tcp://127.0.0.1:{run.free_port()}", f"tcp://127.0.0.1:{run.free_port()}"
-    links = ["--sub", tower_sub, "--pub", tower_pub] + (["--scoped"] if mode == "scoped" else [])
     procs: list[subprocess.Popen] = []
     try:
-        tower = subprocess.Popen([sys.executable, "-c", "from dafka.towerd.main import main; main()",
-                                  "--sub", tower_sub, "--pub", tower_pub],
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        tower, tower_sub, tower_pub = run.start_tower()
         procs.append(tower)
+        links = ["--sub", tower_sub, "--pub", tower_pub] + (["--scoped"] if mode == "scoped" else [])
         sims = []
         for first in range(0, peers, PER_SIMULATOR):
             sims.append(_spawn("--role", "simulate", *links, "--first", str(first),
