@@ -75,7 +75,8 @@ def writes(run: ModuleType, compacted: bool, records: int, keys: int, paced_rate
         c.stop_store(store)
         return {"ack_rate": records / full["ack_seconds"], "producer_cpu_us": full.get("cpu_us"),
                 "ack_p50_ms": paced["ack_p50_ms"], "ack_p99_ms": paced["ack_p99_ms"],
-                "removed": stats.get("compaction_deleted", 0), "passes": stats.get("compaction_passes", 0)}
+                "removed": stats.get("compaction_deleted", 0), "passes": stats.get("compaction_passes", 0),
+                "step_max_ms": stats.get("compaction_step_max_us", 0) / 1000}
     finally:
         c.close()
         shutil.rmtree(base, ignore_errors=True)
@@ -164,7 +165,7 @@ def report(r: dict) -> list[str]:
         lines.append(f"{'compacted' if row['compacted'] else 'not compacted':<14} acked {row['ack_rate']:>9,.0f}/s "
                      f"({row['ack_rate'] / ceiling:.2f}x), producer {row['producer_cpu_us']} us/record; at "
                      f"{r['paced_rate']:,}/s ack p50 {row['ack_p50_ms']:.2f} ms, p99 {row['ack_p99_ms']:.2f} ms; "
-                     f"removed {row['removed']:,} in {row['passes']} passes")
+                     f"removed {row['removed']:,} in {row['passes']} passes, longest step {row['step_max_ms']:.1f} ms")
     rate_on, rate_off = _mean(r["rounds"], True, "ack_rate"), _mean(r["rounds"], False, "ack_rate")
     p99_on, p99_off = _mean(r["rounds"], True, "ack_p99_ms"), _mean(r["rounds"], False, "ack_p99_ms")
     if rate_on and rate_off and p99_on and p99_off:

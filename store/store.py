@@ -225,6 +225,7 @@ class Store:
             "compaction_dirty": w.compaction_dirty,
             "compaction_ms": int(w.compaction_seconds * 1000),
             "compaction_cpu_ms": int(w.compaction_cpu_seconds * 1000),
+            "compaction_step_max_us": int(w.compaction_step_max * 1e6),
             "memory_releases": w.releases,
             "offsets_compacted": w.compacted,
             "offsets_expired": w.expired,

@@ -75,6 +75,7 @@ class Writer(RoleThread):
         self.compaction_passes = 0
         self.compaction_seconds = 0.0  # passes' wall time, first step to last (not the waits for one to be due)
         self.compaction_cpu_seconds = 0.0  # the writer thread's CPU in compaction steps, their deletions included
+        self.compaction_step_max = 0.0  # the longest step (seconds): how long a record may have waited for one
         self.offsets_retention_ms = config["store/offsets/retention_ms"]
         self.compacted = 0  # offsets-topic records deleted as superseded
         self.expired = 0  # offsets-topic partitions deleted whole
@@ -448,11 +449,14 @@ class Writer(RoleThread):
 
     def _compact_step(self) -> bool:
         """One step of a compaction pass (store/cleaner.py), a new pass if one is due; True while one goes on."""
-        cpu = time.thread_time()
+        cpu, started = time.thread_time(), time.perf_counter()
         try:
             return self._compact_step_timed()
         finally:
             self.compaction_cpu_seconds += time.thread_time() - cpu
+            took = time.perf_counter() - started
+            if took > self.compaction_step_max:
+                self.compaction_step_max = took
 
     def _compact_step_timed(self) -> bool:
         now_ms = int(time.time() * 1000)
