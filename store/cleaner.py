@@ -31,13 +31,14 @@ bounded number of times on average.
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
-from typing import Iterable
+from typing import Callable, Iterable
 
 from . import keys, retention
 from .writer_state import Partition
 
 MAP_KEYS = 1_000_000  # keys a pass maps at most (about 100 MiB)
 TOMBSTONE_RECHECK_MS = 3_600_000  # a partition that kept tombstones is passed over again this often at least
+CHECK_EVERY = 64  # key entries between two looks at whether records wait (a step ends early for them)
 IDLE_MS = 10_000  # a partition not written for this long is compacted to its head, however small its dirty part
 TOMBSTONE = keys.TOMBSTONE
 
@@ -74,10 +75,14 @@ class Pass:
         self.tombstones = 0  # ...of which tombstones
         self.deleted = 0
         self.done = False
+        self.check_every = CHECK_EVERY
 
-    def step(self, db, budget: int) -> list[bytes]:
+    def step(self, db, budget: int, interrupted: Callable[[], bool] | None = None) -> list[bytes]:
         """Look at up to ``budget`` key entries; returns the keys to delete (written by the caller, in one
-        batch, before the next step).  Sets :attr:`done` when the pass is over."""
+        batch, before the next step).  Sets :attr:`done` when the pass is over.  ``interrupted``, asked every
+        :attr:`check_every` entries, ends the step early when it says so: records wait to be written, and
+        a record's ack should not wait for a step."""
+        check = budget - self.check_every if interrupted is not None else -1
         p = self.partition
         prefix = p.record_keys_prefix
         deletes: list[bytes] = []
@@ -94,6 +99,10 @@ class Pass:
                     break
                 if budget <= 0:
                     return deletes
+                if budget == check:
+                    if interrupted():  # type: ignore[misc]
+                        return deletes
+                    check -= self.check_every
             self.mapped_to = self.end
         newest = self.newest
         records = p.key_prefix
@@ -113,6 +122,10 @@ class Pass:
                     self.tombstones += 1
             if budget <= 0:
                 return deletes
+            if budget == check:
+                if interrupted():  # type: ignore[misc]
+                    return deletes
+                check -= self.check_every
         self.swept_to = self.end
         self.done = True
         return deletes

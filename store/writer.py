@@ -234,8 +234,7 @@ class Writer(RoleThread):
                     next_tick = now + TICK
                 elif not state.awaiting:
                     next_tick = now  # the first gap is looked at after its fetch_retry, from the tick
-                if now >= next_housekeeping and self._pass is not None and \
-                        self._sub.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                if now >= next_housekeeping and self._pass is not None and self._records_wait():
                     pass  # records wait: written first, the compaction step after them
                 elif now >= next_housekeeping:
                     more = self._housekeeping()
@@ -437,6 +436,10 @@ class Writer(RoleThread):
         more = bool(self._compaction) and self._compact_step()
         return (self._compacts and self._compact_offsets()) or more
 
+    def _records_wait(self) -> bool:
+        """Records came in: a compaction step does not start, or ends early, and they are written first."""
+        return bool(self._sub.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+
     @property
     def compaction_dirty(self) -> int:
         """Records of compacted topics written since their partition's last pass ended (Kafka's dirty part):
@@ -470,7 +473,7 @@ class Writer(RoleThread):
                 return False
             cleaning = self._pass = cleaner.Pass(p, cleaner.tombstone_limit(self._db, p, now_ms, self.tombstone_ms))
             self._pass_started = time.monotonic()
-        deletes = cleaning.step(self._db, self.compaction_budget)
+        deletes = cleaning.step(self._db, self.compaction_budget, self._records_wait)
         if deletes:
             try:
                 self._write_checked([], [], deletes)

@@ -44,9 +44,12 @@ class Partition:
                 wb.put(k, v)
         self.state.batch_written(batch)
 
-    def compact(self, now_ms: int = 2_000, tombstone_ms: int = 10**9, budget: int = 7, steps: int = 10**9) -> bool:
+    def compact(self, now_ms: int = 2_000, tombstone_ms: int = 10**9, budget: int = 7, steps: int = 10**9,
+                interruptions: list[bool] = ()) -> bool:
         """Run passes (``budget`` keys a step, at most ``steps`` steps) while one is due; True if it got to
-        the end of them."""
+        the end of them.  ``interruptions``: what a step hears at each key entry when it asks whether records
+        wait (then none)."""
+        heard = iter(interruptions)
         topics = cleaner.Topics(TOPIC)
         if (TOPIC, P) not in self.state.partitions:
             return True
@@ -55,11 +58,12 @@ class Partition:
             if p is None:
                 return True
             cleaning = cleaner.Pass(p, cleaner.tombstone_limit(self.db, p, now_ms, tombstone_ms))
+            cleaning.check_every = 1
             while not cleaning.done:
                 if steps <= 0:
                     return False
                 steps -= 1
-                deletes = cleaning.step(self.db, budget)
+                deletes = cleaning.step(self.db, budget, lambda: next(heard, False))
                 with self.db.write_batch() as wb:
                     for k in deletes:
                         wb.delete(k)
@@ -149,7 +153,8 @@ writes = st.lists(st.tuples(st.one_of(st.none(), st.sampled_from([b"a", b"b", b"
                             st.sampled_from([b"", b"1", b"2", b"3"])), min_size=1, max_size=12)
 events = st.lists(st.one_of(
     st.tuples(st.just("write"), writes),
-    st.tuples(st.just("compact"), st.integers(1, 6)),  # steps of a pass, cut short (as by a kill)
+    st.tuples(st.just("compact"), st.tuples(st.integers(1, 6), st.lists(st.booleans(), max_size=12))),
+    # steps of a pass, cut short (as by a kill); steps ended early when records wait
     st.tuples(st.just("kill"), st.none()),
 ), min_size=1, max_size=25)
 
@@ -169,7 +174,8 @@ def test_any_schedule_of_writes_passes_and_kills_leaves_the_newest_value_of_ever
                 part.write(list(arg))
                 written.extend((first + i, k, v) for i, (k, v) in enumerate(arg))
             elif kind == "compact":
-                part.compact(tombstone_ms=tombstone_ms, budget=3, steps=arg)
+                steps, interruptions = arg
+                part.compact(tombstone_ms=tombstone_ms, budget=3, steps=steps, interruptions=interruptions)
             else:
                 part.kill()
         part.compact(tombstone_ms=tombstone_ms, budget=3)
