@@ -228,15 +228,23 @@ class GroupState:
     def tick(self, now: float, *, peers_replayed: bool, offsets_loaded: bool) -> None:
         """Advance time: join once the view is formed, expire silent members,
         hand over what waited too long, and heartbeat when due."""
-        if now - self.last_tick > self.timeout and self.ready:
+        gap = now - self.last_tick
+        if gap > self.timeout and self.ready:
             # We were stopped or starved (no poll) for longer than others wait for us: they have
             # taken our partitions over.  Give everything up and join again, as a newcomer does.
             log.warning("group %s: member %s was unresponsive for %.1f s; rejoining",
-                        self.group, self.address, now - self.last_tick)
+                        self.group, self.address, gap)
             self.ready = False
             self.view_from = now
             self.members_subscribed = 0
             self._revoke_all()
+        elif gap > self.timeout / 2:
+            # Our own loop stood still (we tick at least every interval): the others' heartbeats may wait
+            # unread in our socket, and the stall counts for nobody's silence.  (A member that took the other
+            # for dead after a stall of its own made the group deliver thousands of records twice:
+            # tests/faults/test_sharded.py.)
+            for m in self.members.values():
+                m.seen_at += gap
         self.last_tick = now
         if not self.ready:
             if self.view_from is None and peers_replayed:

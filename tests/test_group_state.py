@@ -198,6 +198,20 @@ def test_a_silent_member_expires_after_the_timeout_and_its_partitions_move():
     assert all(a.committed[key] == 7 for key in held_by_b)
 
 
+def test_our_own_stall_is_not_the_others_silence():
+    """A member whose loop stood still for more than half the timeout (its ticks came at least every
+    interval before) does not take the others for dead on waking: their heartbeats may wait unread."""
+    a, b = settled_pair(6)
+    a.on_member(heartbeat(b), 0.6)
+    a.tick(1.6, peers_replayed=True, offsets_loaded=True)
+    a.tick(1.6 + TIMEOUT * 0.6, peers_replayed=True, offsets_loaded=True)  # stood still 3 s
+    a.tick(0.6 + TIMEOUT + 0.1, peers_replayed=True, offsets_loaded=True)  # B silent for the timeout, A aside
+    assert "B" in a.members and not a.assigned
+    for now in (6.6, 7.6, 8.6, 0.6 + TIMEOUT + TIMEOUT * 0.6 + 0.01):  # ...and B silent that much longer: gone
+        a.tick(now, peers_replayed=True, offsets_loaded=True)
+    assert "B" not in a.members and a.assigned
+
+
 def test_a_leaving_member_hands_over_at_once():
     a, b = settled_pair(6)
     held_by_b = set(b.owned)
