@@ -43,7 +43,11 @@ class TableState:
 
     def apply(self, change: dict[str, Any] | bytes, partition: Any = None) -> bool:
         """Apply one change (an envelope, decoded or not); False if it was
-        at or below the partition's last position, and so dropped."""
+        at or below the partition's last position, and so dropped, or if it
+        is a tombstone (an empty record after a delete: ``--tombstones``),
+        which changes nothing."""
+        if not change:
+            return False
         if not isinstance(change, dict):
             change = dict(json.loads(change))
         position = envelope.position(change)

@@ -45,6 +45,12 @@ def _connector_options(table_metavar: str, table_help: str, state_help: str) -> 
             click.option("--state-dir", default=".", show_default=True, metavar="DIR", help=state_help),
             click.option("--no-bootstrap", is_flag=True,
                          help="Do not read the tables' existing rows: stream changes only."),
+            click.option("--tombstones", is_flag=True,
+                         help="After each delete, a tombstone: a record with the row's key and an empty value "
+                              "(Debezium's tombstones.on.delete). On a compacted topic (store/compaction/topics) "
+                              "a deleted row's records then all go, the tombstone itself after "
+                              "store/compaction/tombstone_ms; without it, the delete's envelope stays for ever. "
+                              "Consumers skip empty records (dafka.cdc.apply and dafka.spark.cdc do)."),
             click.option("--min-acks", type=click.IntRange(min=1), metavar="N",
                          help="producer/min_acks: stores that must ack a change before the connector counts it "
                               "as delivered (and confirms it to the database)."),
@@ -102,7 +108,8 @@ def _run(tool: str, make: Callable[[], Any], options: dict[str, Any]) -> None:
 @_connector_options("SCHEMA.TABLE", "A table to capture (repeatable; the schema defaults to public).",
                     "Where the connector notes that its bootstrap finished (SLOT.dafka-cdc.json).")
 def postgres(dsn: str, slot: str | None, publication: str | None, tables: tuple[str, ...], topic: str,
-             topic_per_table: bool, name: str | None, state_dir: str, no_bootstrap: bool, **options: Any) -> None:
+             topic_per_table: bool, name: str | None, state_dir: str, no_bootstrap: bool, tombstones: bool,
+             **options: Any) -> None:
     """Capture PostgreSQL changes (logical decoding, pgoutput) into TOPIC.
 
     On its first start it creates a publication and a replication slot,
@@ -127,7 +134,7 @@ def postgres(dsn: str, slot: str | None, publication: str | None, tables: tuple[
     def make(config: Any) -> PostgresCapture:
         source = PostgresSource(dsn, list(tables), topic, name=name or "", slot=slot or "",
                                 publication=publication or "", topic_per_table=topic_per_table, state_dir=state_dir,
-                                bootstrap=not no_bootstrap)
+                                bootstrap=not no_bootstrap, tombstones=tombstones)
         return PostgresCapture(source, config)
 
     _run("postgres", make, options)
@@ -143,7 +150,7 @@ def postgres(dsn: str, slot: str | None, publication: str | None, tables: tuple[
 @_connector_options("DATABASE.TABLE", "A table to capture (repeatable).",
                     "Where the connector keeps the binlog position the stores acked (NAME.dafka-cdc-mysql.json).")
 def mysql(dsn: str, server_id: int | None, tables: tuple[str, ...], topic: str, topic_per_table: bool,
-          name: str | None, state_dir: str, no_bootstrap: bool, **options: Any) -> None:
+          name: str | None, state_dir: str, no_bootstrap: bool, tombstones: bool, **options: Any) -> None:
     """Capture MySQL or MariaDB row changes (the row-based binlog) into TOPIC.
 
     The same envelope as dafka cdc postgres (rfc/cdc.md): op c/u/d/r, before,
@@ -164,7 +171,8 @@ def mysql(dsn: str, server_id: int | None, tables: tuple[str, ...], topic: str, 
 
     def make(config: Any) -> MysqlCapture:
         source = MysqlSource(dsn, list(tables), topic, name=name or "", topic_per_table=topic_per_table,
-                             state_dir=state_dir, bootstrap=not no_bootstrap, server_id=server_id or 0)
+                             state_dir=state_dir, bootstrap=not no_bootstrap, server_id=server_id or 0,
+                             tombstones=tombstones)
         return MysqlCapture(source, config)
 
     _run("mysql", make, options)

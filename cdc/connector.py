@@ -52,10 +52,11 @@ class Publisher:
     """The connector's producers, one per topic, each resuming its partition
     (``dafka.partition_address("cdc/<name>/<topic>")``, rfc section 15)."""
 
-    def __init__(self, name: str, topic: str, topic_per_table: bool, config: Config) -> None:
+    def __init__(self, name: str, topic: str, topic_per_table: bool, config: Config, tombstones: bool = False) -> None:
         self.name = name
         self.topic = topic
         self.topic_per_table = topic_per_table
+        self.tombstones = tombstones  # after each delete of a keyed row, its key with an empty value
         self.config = config
         self.producers: dict[str, Producer] = {}
         self.last_offset: dict[str, int] = {}  # producer topic -> offset of its last record sent
@@ -80,11 +81,19 @@ class Publisher:
     def queue(self, outs: list) -> int:
         """Hold records to publish with the next :meth:`publish`; returns how many are held."""
         pending, keys = self._pending, self._pending_keys
+        held = 0
         for out in outs:
             topic = self.topic_of(out.table)
-            pending.setdefault(topic, []).append(out.value)
-            keys.setdefault(topic, []).append(out.key)
-        self._held += len(outs)
+            values, record_keys = pending.setdefault(topic, []), keys.setdefault(topic, [])
+            values.append(out.value)
+            record_keys.append(out.key)
+            held += 1
+            if out.op == "d" and out.key is not None and self.tombstones:
+                # a tombstone (rfc/cdc.md): a compacted topic drops the row's every record, then this one
+                values.append(b"")
+                record_keys.append(out.key)
+                held += 1
+        self._held += held
         return self._held
 
     def publish(self) -> None:
@@ -202,7 +211,7 @@ class Capture:
         self.source = source
         self.config = config
         self.stats = Stats()
-        self.out = Publisher(source.name, source.topic, source.topic_per_table, config)
+        self.out = Publisher(source.name, source.topic, source.topic_per_table, config, source.tombstones)
         self.rule = ConfirmRule()
 
     @property

@@ -54,6 +54,7 @@ class MysqlSource:
     state_dir: str = "."
     bootstrap: bool = True
     server_id: int = 0  # the replica id the connector reads the binlog as (default: from the name)
+    tombstones: bool = False  # a tombstone (the key, an empty value) after each delete
 
     def __post_init__(self) -> None:
         self.name = self.name or self.topic

@@ -65,6 +65,7 @@ class PostgresSource:
     topic_per_table: bool = False  # one topic per table, "<topic>.<schema>.<table>", instead of one
     state_dir: str = "."
     bootstrap: bool = True
+    tombstones: bool = False  # a tombstone (the key, an empty value) after each delete
 
     def __post_init__(self) -> None:
         self.name = self.name or self.topic

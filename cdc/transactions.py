@@ -20,11 +20,12 @@ from . import envelope
 class Out:
     """A record to publish: ``table`` is "schema.table" (for one topic per table); ``key`` the record's
     key (:func:`dafka.cdc.envelope.record_key`: the table and the row's key columns; None for a row
-    without a key, or a truncate)."""
+    without a key, or a truncate); ``op`` the change's (c, u, d, r, t)."""
 
     table: str
     value: bytes
     key: bytes | None = None
+    op: str = ""
 
 
 class Transactions:
@@ -85,4 +86,4 @@ class Transactions:
         if not self._snapshot:
             self.changes += 1
         value = self._source.encode(op, schema, table, seq, last, before, after, key, list(unchanged))
-        return [Out(f"{schema}.{table}", value, envelope.record_key(schema, table, key))]
+        return [Out(f"{schema}.{table}", value, envelope.record_key(schema, table, key), op)]

@@ -36,13 +36,14 @@ CHANGE_COLUMNS = ("table", "op", "key", "lsn", "seq", "after")
 
 def changes(records: DataFrame) -> DataFrame:
     """The change envelopes of a ``format("dafka")`` DataFrame as columns:
-    table ("schema.table"), op, key (canonical JSON), lsn, seq, after (JSON)."""
+    table ("schema.table"), op, key (canonical JSON), lsn, seq, after (JSON).
+    Tombstones (empty records after deletes, ``--tombstones``) are left out."""
     value = F.col("value").cast("string")
 
     def field(path: str) -> Column:
         return F.get_json_object(value, path)
 
-    return records.select(
+    return records.where(F.length("value") > 0).select(
         F.concat_ws(".", field("$.source.schema"), field("$.source.table")).alias("table"),
         field("$.op").alias("op"),
         field("$.key").alias("key"),

@@ -12,7 +12,7 @@ from cdchelpers import WRITER, Connector, Running, assert_same, assert_waits_for
 from dafka.cdc.apply import TableState, key_of
 from dafka.cdc.connector import ServerUnavailable
 from dafka.cdc.postgres import CdcError, PostgresCapture, PostgresSource
-from dafka.store import Store, keys
+from dafka.store import Store, cleaner, keys
 from helpers import loopback_config, script, wait_for
 from pgserver import PostgresServer
 
@@ -363,6 +363,51 @@ def test_a_compacted_cdc_topic_rebuilds_the_table_for_a_new_consumer_without_ask
         assert len(changes) <= rows * 1.05, len(changes)
         assert_same(state.rows("public.kv"), table_rows(pg, db, "public.kv"))
         assert all(row["v"] == rounds for key, row in state.rows("public.kv").items() if row["id"])
+    finally:
+        connector.stop()
+        store.stop()
+
+
+@pytest.mark.timeout(180)
+def test_tombstones_let_a_compacted_topic_forget_deleted_rows(pg, db, tower, tmp_path, monkeypatch):
+    """--tombstones (Debezium's tombstones.on.delete): after each delete, the row's key with an empty value.
+    A consumer that reads live skips them; on a compacted topic the tombstone supersedes the row's every
+    record, its delete included, and goes itself after store/compaction/tombstone_ms: a deleted row leaves
+    nothing behind, and a consumer from the beginning still rebuilds the table."""
+    monkeypatch.setattr(cleaner, "IDLE_MS", 500)  # the partition is compacted to its head once idle 0.5 s
+    pg.sql("INSERT INTO items SELECT g % 100, g, 'sku' || g, g FROM generate_series(1, 300) g", dbname=db)
+    store = Store(loopback_config(tower, store__compaction__topics="items", store__compaction__tombstone_ms=0),
+                  db=str(tmp_path / "items.db")).start()
+    connector = Connector(pg, db, tower, tmp_path, tables=["public.items"], topic="items", tombstones=True)
+    try:
+        wait_for(lambda: connector.capture.stats.snapshot_rows == 300 or connector.error, 30, what="the bootstrap")
+        pg.sql("UPDATE items SET qty = qty + 1 WHERE line <= 100", dbname=db)
+        pg.sql("DELETE FROM items WHERE line > 250", dbname=db)  # 50 deletes, 50 tombstones
+        pg.sql("INSERT INTO items VALUES (0, 0, 'the last change', 1)", dbname=db)
+        published = 300 + 100 + 2 * 50 + 1
+        wait_for(lambda: store.stats()["records_written"] == published or connector.error, 60,
+                 what="the store to hold every change and tombstone")
+        live = TableState()
+        consume_into(tower, "items", live, lambda s, c: any(ch["key"] == {"order_id": 0, "line": 0} for ch in c))
+        expected = table_rows(pg, db, "public.items")
+        assert_same(live.rows("public.items"), expected)
+
+        def kept() -> dict[int, bytes]:
+            with store._db.lock:
+                return {keys.seq_of(k[-8:]): v for k, v in store._db.db.iterator(
+                    prefix=keys.RECORD + b"items\0")}
+
+        # compacted: each row's newest change; the deleted rows' records (their bootstrap, their delete and the
+        # tombstone, once a later pass finds it old enough) all gone
+        wait_for(lambda: len(kept()) == 251 and store.stats()["compaction_dirty"] == 0, 60, interval=0.5,
+                 what="the deleted rows gone from the compacted topic")
+        assert b"" not in kept().values()
+        late = TableState()
+        changes = consume_into(tower, "items", late, lambda s, c: any(ch["key"] == {"order_id": 0, "line": 0}
+                                                                       for ch in c))
+        assert len(changes) == 251 and not any(ch["op"] == "d" for ch in changes)
+        assert_same(late.rows("public.items"), expected)
+        assert connector.error is None
     finally:
         connector.stop()
         store.stop()

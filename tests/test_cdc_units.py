@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 from dafka.cdc import pgoutput
 from dafka.cdc.apply import TableState
 from dafka.cdc.capture import CaptureState
-from dafka.cdc.connector import ConfirmRule
+from dafka.cdc.connector import ConfirmRule, Publisher
+from dafka.cdc.transactions import Out
 from dafka.cdc.types import TIMESTAMPTZ, converter, parse_array
+from dafka.config import Config
 
 pytestmark = pytest.mark.cdc
 
@@ -132,3 +134,16 @@ def test_the_envelope_is_the_documented_json_field_for_field():
     plain = TransactionEncoder(source_head("postgresql", "n", ""), 1, None, 0, True, {}).encode(
         "r", "a", "b", 0, False, None, {"x": 1}, None, [])
     assert json.loads(plain)["source"]["snapshot"] is True and "unchanged" not in json.loads(plain)
+
+
+def test_tombstones_follow_the_deletes_of_keyed_rows_only():
+    """--tombstones: after a delete with a record key, the same key with an empty value; nothing after other
+    changes, a delete without key columns, or without the flag."""
+    outs = [Out("s.t", b"d1", b"k1", "d"), Out("s.t", b"u2", b"k2", "u"), Out("s.t", b"d3", None, "d")]
+    with_them = Publisher("n", "topic", False, Config.load(), tombstones=True)
+    assert with_them.queue(outs) == 4
+    assert with_them._pending["topic"] == [b"d1", b"", b"u2", b"d3"]
+    assert with_them._pending_keys["topic"] == [b"k1", b"k1", b"k2", None]
+    without = Publisher("n", "topic", False, Config.load())
+    assert without.queue(outs) == 3 and without._pending["topic"] == [b"d1", b"u2", b"d3"]
+    assert not TableState().apply(b"")  # a consumer skips a tombstone
