@@ -42,6 +42,9 @@ HOUSEKEEPING = 1.0  # seconds between write retries / retention passes
 BACKLOG_PASS = 0.05  # ...or while a pass left work for the next one
 COMPACTION_STEP = 0.005  # ...or while a compaction pass goes on: a step of store/compaction/budget keys, once no
 # record waits
+COMPACTION_STEP_WRITING = 0.05  # ...every 50 ms while records come (the last came less than WRITING ago): the
+# steps' CPU, and LevelDB's work on their deletions, stay a small share of what writes need
+WRITING = 0.1
 FETCH_RETRY = 1.0  # seconds before a FETCH without progress is repeated
 
 
@@ -71,6 +74,7 @@ class Writer(RoleThread):
         self.compaction_budget = config["store/compaction/budget"]
         self._pass: cleaner.Pass | None = None
         self._pass_started = 0.0
+        self._records_came = float("-inf")  # when the writer socket last had messages (monotonic)
         self.compaction_deleted = 0  # records of compacted topics deleted as superseded (or old tombstones)
         self.compaction_passes = 0
         self.compaction_seconds = 0.0  # passes' wall time, first step to last (not the waits for one to be due)
@@ -238,7 +242,7 @@ class Writer(RoleThread):
                     pass  # records wait: written first, the compaction step after them
                 elif now >= next_housekeeping:
                     more = self._housekeeping()
-                    next_housekeeping = now + (COMPACTION_STEP if self._pass is not None else
+                    next_housekeeping = now + (self._compaction_step(now) if self._pass is not None else
                                                BACKLOG_PASS if more else HOUSEKEEPING)
             self._commit()
             if self.state.failed is not None:
@@ -251,9 +255,13 @@ class Writer(RoleThread):
             for sock in self._sockets:
                 sock.close()
 
+    def _compaction_step(self, now: float) -> float:
+        """Seconds until the next compaction step: fewer steps while records come."""
+        return COMPACTION_STEP_WRITING if now - self._records_came < WRITING else COMPACTION_STEP
+
     def _on_sub(self, sock: zmq.Socket) -> None:
         state = self.state
-        state.now = time.monotonic()
+        state.now = self._records_came = time.monotonic()
         # store/batch_bytes: each step takes as many messages as the bytes left allow, at the mean size so far.
         limit = self.batch_bytes
         received = step = drain_records(sock, 1, state)
