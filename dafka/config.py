@@ -408,8 +408,8 @@ define("store/compaction/tombstone_ms", "int", 86400000,
        minimum=0, unit=_MS)
 define("store/compaction/budget", "int", 500,
        "record keys a store's compaction looks at in one step between two writes (a step every 5 ms while a "
-       "pass goes on, when no record waits): about 1 ms at 500; a step ends early once a record waits (it "
-       "asks every 64 keys)", minimum=100, unit="keys")
+       "pass goes on, every 50 ms while records come, and none while one waits): about 1 ms at 500; a step "
+       "ends early once a record waits (it asks every 64 keys)", minimum=100, unit="keys")
 define("store/replicas", "int", 0,
        "sharded stores (rfc 16): each partition lives on this many stores, placed by rendezvous hashing over "
        "the stores alive, and moved when stores come and go; 0 = every store holds every partition (RFC 46)",
