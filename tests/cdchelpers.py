@@ -12,6 +12,7 @@ from dafka.cdc.apply import TableState, key_of
 from dafka.cdc.envelope import record_key
 from dafka.cdc.postgres import PostgresCapture, PostgresSource
 from dafka.cdc.types import converter
+from dafka.store import keys
 from helpers import loopback_config, wait_for
 
 TABLES = """
@@ -108,6 +109,19 @@ def table_rows(pg, db, table: str) -> dict[str, dict]:
         row = {name: None if v is None else converter(oid)(v) for (name, oid), v in zip(cols, values)}
         rows[key_of({"key": {k: row[k] for k in keys}})] = row
     return rows
+
+
+def stored_values(store, topic: str) -> list[bytes]:
+    """What a running store (in this process) holds of ``topic``: every record's content, by offset."""
+    with store._db.lock:
+        return list(store._db.db.iterator(prefix=keys.RECORD + topic.encode() + b"\0", include_key=False))
+
+
+def stored_count(store, topic: str) -> int:
+    """How many records of ``topic`` a running store (in this process) holds, contents unread."""
+    with store._db.lock:
+        return sum(1 for _ in store._db.db.iterator(prefix=keys.RECORD + topic.encode() + b"\0",
+                                                    include_value=False))
 
 
 def wait_all_acked(pg, db, connector: Running, timeout: float = 30) -> None:

@@ -8,11 +8,12 @@ import time
 
 import pytest
 
-from cdchelpers import WRITER, Connector, Running, assert_same, assert_waits_for_the_server, consume_into, table_rows
+from cdchelpers import (WRITER, Connector, Running, assert_same, assert_waits_for_the_server, consume_into,
+                        stored_count, stored_values, table_rows)
 from dafka.cdc.apply import TableState, key_of
 from dafka.cdc.connector import ServerUnavailable
 from dafka.cdc.postgres import CdcError, PostgresCapture, PostgresSource
-from dafka.store import Store, cleaner, keys
+from dafka.store import Store, cleaner
 from helpers import loopback_config, script, wait_for
 from pgserver import PostgresServer
 
@@ -345,15 +346,12 @@ def test_a_compacted_cdc_topic_rebuilds_the_table_for_a_new_consumer_without_ask
         pg.sql("INSERT INTO kv VALUES (0, -1, 'the last change')", dbname=db)
         published = rows + rounds * rows + rows // 1000 + 1
 
-        def records() -> int:
-            with store._db.lock:
-                return sum(1 for _ in store._db.db.iterator(prefix=keys.RECORD + b"kv\0", include_value=False))
-
         wait_for(lambda: sum(h + 1 for (t, _), h in store.heads().items() if t == "kv") >= published
                  or connector.error, 300, interval=0.5, what="the store to hold every change")
         # the store compacts the 1,100,101 records to about one a row: each row's newest change (a deleted
         # row's is its delete); the partition is compacted to its head once idle (store/cleaner.IDLE_MS)
-        wait_for(lambda: records() <= rows * 1.05, 300, interval=1.0, what="the topic compacted to a record a row")
+        wait_for(lambda: stored_count(store, "kv") <= rows * 1.05, 300, interval=1.0,
+                 what="the topic compacted to a record a row")
         assert connector.error is None
         scans = _table_scans(pg, db, "kv")
         state = TableState()
@@ -392,16 +390,11 @@ def test_tombstones_let_a_compacted_topic_forget_deleted_rows(pg, db, tower, tmp
         expected = table_rows(pg, db, "public.items")
         assert_same(live.rows("public.items"), expected)
 
-        def kept() -> dict[int, bytes]:
-            with store._db.lock:
-                return {keys.seq_of(k[-8:]): v for k, v in store._db.db.iterator(
-                    prefix=keys.RECORD + b"items\0")}
-
         # compacted: each row's newest change; the deleted rows' records (their bootstrap, their delete and the
         # tombstone, once a later pass finds it old enough) all gone
-        wait_for(lambda: len(kept()) == 251 and store.stats()["compaction_dirty"] == 0, 60, interval=0.5,
+        wait_for(lambda: stored_count(store, "items") == 251 and store.stats()["compaction_dirty"] == 0, 60, interval=0.5,
                  what="the deleted rows gone from the compacted topic")
-        assert b"" not in kept().values()
+        assert b"" not in stored_values(store, "items")
         late = TableState()
         changes = consume_into(tower, "items", late, lambda s, c: any(ch["key"] == {"order_id": 0, "line": 0}
                                                                        for ch in c))
