@@ -1082,6 +1082,16 @@ def scenario_scale(a: argparse.Namespace) -> dict:
     return scale_bench.run_all(sys.modules[__name__], [int(p) for p in a.scale_peers.split(",")], a.scale_seconds)
 
 
+def line_within(stream, timeout: float) -> str:
+    """The next line of a child's pipe (text mode), or "" if nothing came within ``timeout`` seconds
+    (or it closed)."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(stream, selectors.EVENT_READ)
+        if not sel.select(timeout):
+            return ""
+    return stream.readline()
+
+
 def start_tower(timeout: float = 60.0) -> tuple[subprocess.Popen, str, str]:
     """A dafka_towerd process on ports of its own choosing: (process, its sub endpoint, its pub endpoint).
     Ports picked beforehand (:func:`free_port`) may be taken by another program before the tower binds them,
@@ -1089,10 +1099,7 @@ def start_tower(timeout: float = 60.0) -> tuple[subprocess.Popen, str, str]:
     proc = subprocess.Popen([sys.executable, "-c", "from dafka.towerd.main import main; main()",
                              "--sub", "tcp://127.0.0.1:*", "--pub", "tcp://127.0.0.1:*"],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stderr, selectors.EVENT_READ)
-        ready = sel.select(timeout)
-    line = proc.stderr.readline() if ready else ""
+    line = line_within(proc.stderr, timeout)
     found = re.search(r"beacons in (\S+), out (\S+)", line)
     if found is None:
         proc.kill()

@@ -170,14 +170,10 @@ def _spawn(*args: str) -> subprocess.Popen:
     return proc
 
 
-def _line(proc: subprocess.Popen, what: str, timeout: float = 120.0) -> str:
-    import selectors
-
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        if not sel.select(timeout):
-            raise RuntimeError(f"scale bench: the {what} said nothing in {timeout:.0f} s")
-    line = proc.stdout.readline()
+def _line(proc: subprocess.Popen, what: str, run: ModuleType, timeout: float = 120.0) -> str:
+    line = run.line_within(proc.stdout, timeout)
+    if not line and proc.poll() is None:
+        raise RuntimeError(f"scale bench: the {what} said nothing in {timeout:.0f} s")
     if not line:
         code = proc.wait()
         proc.err.seek(0)  # type: ignore[attr-defined]
@@ -206,13 +202,13 @@ def run_one(run: ModuleType, peers: int, mode: str, seconds: float) -> dict:
                                "--count", str(min(PER_SIMULATOR, peers - first))))
         procs.extend(sims)
         for sim in sims:
-            _line(sim, "simulator")
+            _line(sim, "simulator", run)
         producer = _spawn("--role", "producer", *links)
         procs.append(producer)
-        _line(producer, "idle producer")
+        _line(producer, "idle producer", run)
         consumer = _spawn("--role", "consumer", *links)
         procs.append(consumer)
-        json.loads(_line(consumer, "idle consumer"))
+        json.loads(_line(consumer, "idle consumer", run))
         time.sleep(SETTLE)
         measured = {"tower": tower, "consumer": consumer, "producer": producer}
         before = {role: run.proc_cpu_seconds(p.pid) for role, p in measured.items()}
@@ -221,7 +217,7 @@ def run_one(run: ModuleType, peers: int, mode: str, seconds: float) -> dict:
         tower_rss = _rss_mib(tower.pid)
         newcomer = _spawn("--role", "consumer", *links)
         procs.append(newcomer)
-        first = json.loads(_line(newcomer, "newcomer"))["first_record_ms"]
+        first = json.loads(_line(newcomer, "newcomer", run))["first_record_ms"]
         return {"peers": peers, "mode": mode, "cpu_percent": cpu, "newcomer_first_record_ms": first,
                 "tower_rss_mib": tower_rss}
     finally:
