@@ -492,13 +492,15 @@ class Beacon:
                 break
             found += 1
             events, urgent = on_frames(message[0], now)
+            if state.welcomed and not was_welcomed:
+                # before the peers this message brought are told: whoever sees one sees us connected
+                was_welcomed = True
+                state.welcomed_at = now
+                log.info("%s %s: tower reached", self.name, self.sender)
+                self._connected.set()
             for event in events:
                 self._emit(event)
             beacon_now = beacon_now or urgent
-        if state.welcomed and not was_welcomed:
-            state.welcomed_at = now
-            log.info("%s %s: tower reached", self.name, self.sender)
-            self._connected.set()
         if state.replays >= len(self._tower_pub) and not self._replayed.is_set():
             self._replayed.set()
         return found, beacon_now
