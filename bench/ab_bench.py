@@ -17,6 +17,10 @@ or a CPU below 1 is better.
 
     python3 bench/run.py --ab                 # against v0.2.0, 3 rounds
     python3 bench/run.py --ab 0896c86 --ab-rounds 5 --sizes 1000 --ab-scenarios store
+    python3 bench/run.py --ab pure            # the compiled twins against pure Python (DAFKA_NO_EXTENSIONS=1)
+
+``--ab pure`` installs this checkout once (with its compiled twins, setup.py) and runs the old side's
+roles with ``DAFKA_NO_EXTENSIONS=1``: the same code, with and without the twins.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ("live", "store", "recovery")
 DEFAULT_REV = "v0.2.0"
+PURE = "pure"  # --ab pure: this checkout without its compiled twins
 
 
 def resolve(rev: str) -> str:
@@ -95,12 +100,26 @@ def figures(run: ModuleType, scenario: str, records: int, size: int) -> dict[str
     return {k: v for k, v in out.items() if v is not None}
 
 
+def without_extensions(python: str, into: Path) -> str:
+    """An interpreter command that runs ``python`` with the compiled twins turned off."""
+    into.mkdir(parents=True)
+    script = into / "python"
+    script.write_text(f"#!/bin/sh\nDAFKA_NO_EXTENSIONS=1 exec {python} \"$@\"\n")
+    script.chmod(0o755)
+    return str(script)
+
+
 def run_ab(run: ModuleType, rev: str, rounds: int, sizes: list[int], records: int,
            scenarios: list[str]) -> dict:
-    commit = resolve(rev)
+    commit = PURE if rev == PURE else resolve(rev)
     work = Path(tempfile.mkdtemp(prefix="dafka-bench-ab-"))
     try:
-        sides = {"new": install(None, work / "new"), "old": install(commit, work / "old")}
+        new = install(None, work / "new")
+        ran = subprocess.run([new, "-c", "from dafka import extensions; print(extensions.summary())"], cwd=work,
+                             check=True, capture_output=True, text=True).stdout.strip()
+        print(f"new side: {ran}", flush=True)
+        old = without_extensions(new, work / "pure") if rev == PURE else install(commit, work / "old")
+        sides = {"new": new, "old": old}
         samples: dict[tuple[int, str, str], list[float]] = {}
         for n in range(rounds):
             # each side first in every other round: whatever the first of a pair gains or loses, both get
@@ -127,7 +146,8 @@ def run_ab(run: ModuleType, rev: str, rounds: int, sizes: list[int], records: in
         new, old = statistics.median(values), statistics.median(samples[(size, name, "old")])
         table.append({"size": size, "figure": name, "new": new, "old": old, "ratio": new / old if old else None,
                       "rounds": len(values)})
-    print(f"\n== A/B: this checkout (new) against {rev} = {commit[:10]} (old), median of {rounds} rounds each ==")
+    against = "itself without its compiled twins" if rev == PURE else f"{rev} = {commit[:10]}"
+    print(f"\n== A/B: this checkout (new) against {against} (old), median of {rounds} rounds each ==")
     print(f"{'size':>5}  {'figure':<32} {'new':>12} {'old':>12} {'new/old':>8}")
     for row in table:
         ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"

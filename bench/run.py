@@ -194,7 +194,8 @@ def role_producer(a: argparse.Namespace) -> None:
                        "ack_samples": len(acks)}
     else:
         result_acks = {}
-    result = {**result_acks, "sent": a.records, "send_seconds": sent, "ack_seconds": acked, "send_started": started,
+    result = {**result_acks, "batches": producer.stats()["batches_sent"], "sent": a.records, "send_seconds": sent,
+              "ack_seconds": acked, "send_started": started,
               "cpu_phases": {"interpreter": phases["start"], "import dafka": phases["import"] - phases["start"],
                              "discovery": phases["ready"] - phases["import"], "sending": phases["sent"] - phases["ready"]}}
     if a.hold:
@@ -1348,8 +1349,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=("cdc", "mirror", "burst", "scale", "shards", "ui", "compaction"),
                     help="run only this scenario (burst measures its own ceiling)")
     ap.add_argument("--ab", nargs="?", const="v0.2.0", metavar="REV",
-                    help="same-run A/B: this checkout against REV (default: the last release, v0.2.0) in "
-                         "alternation, the ratio of every figure (bench/ab_bench.py)")
+                    help="same-run A/B: this checkout against REV (default: the last release, v0.2.0; 'pure': "
+                         "this checkout without its compiled twins) in alternation, the ratio of every figure "
+                         "(bench/ab_bench.py)")
     ap.add_argument("--ab-rounds", type=int, default=3, help="rounds of each side in an A/B run")
     ap.add_argument("--ab-scenarios", default="live,store,recovery",
                     help="scenarios of an A/B run, comma-separated: live, store, recovery")

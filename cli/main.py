@@ -27,8 +27,18 @@ from .status import status
 from .stored import main as store
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from dafka import extensions
+
+    click.echo(f"dafka, version {__version__}\n{extensions.summary()}")
+    ctx.exit()
+
+
 @click.group(context_settings=CONTEXT_SETTINGS)
-@click.version_option(__version__, "-V", "--version", prog_name="dafka")
+@click.option("-V", "--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version, and whether the compiled extensions run, and exit.")
 def main() -> None:
     """dafka: brokerless Kafka-style streaming on ZeroMQ (RFC 46/Dafka).
 

@@ -26,7 +26,8 @@ from . import bulk as bulk_answers
 from .group import GroupState
 from .inflight import fetch_window, mean_size
 from .intake import RecordIntake
-from .records import Record, keyed_record, keyed_records, make_record, records
+from .packing import lengths_of, split_contents, split_records
+from .records import Record, keyed_record, keyed_records, make_record
 
 log = logging.getLogger(__name__)
 
@@ -430,24 +431,24 @@ class ConsumerState(RecordIntake):
         end = first + msg.count
         if end <= p.next:
             return  # all duplicates
-        values = proto.split_contents(msg.lengths, msg.contents)
         keys = msg.key_list() if msg.key_lengths else None
         if p.record_size < 0:
             p.record_size = len(msg.contents) // msg.count
         if first > p.next:  # ahead of a gap: keep what the buffer bound allows, fetch the gap
+            values = split_contents(msg.lengths, msg.contents)
             for seq, content, key in zip(range(first, end), values, keys or repeat(None)):
                 self._on_record(p, seq, content, key)
             return
         start = p.next
-        if start > first:
-            del values[: start - first]
         if keys is None:
-            p.sink.extend(records(p.topic, p.address, start, values))
+            p.sink.extend(split_records(p.topic, p.address, first, msg.lengths, msg.contents, start - first))
         else:
+            values = split_contents(msg.lengths, msg.contents)[start - first:]
             p.sink.extend(keyed_records(p.topic, p.address, start, values, keys[start - first:]))
         p.next = end
         self.delivered += end - start
-        self.delivered_bytes += len(msg.contents) if start == first else sum(map(len, values))
+        self.delivered_bytes += len(msg.contents) if start == first else \
+            len(msg.contents) - sum(lengths_of(msg.lengths)[:start - first])
         p.window_bytes += len(msg.contents)
         pending = p.pending
         if pending:

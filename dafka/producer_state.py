@@ -29,6 +29,7 @@ from typing import Generator, Iterator, Sequence
 from . import batching, proto
 from . import bulk as bulk_answers
 from .inflight import MESSAGE_OVERHEAD, InflightLedger
+from .outbox import Outbox
 
 FETCH_SLICE = 10_000
 # A window that held this many unacked bytes and drained to an eighth of its peak is followed by a trim
@@ -36,7 +37,10 @@ FETCH_SLICE = 10_000
 TRIM_AFTER_BYTES = 16 * 1024 * 1024
 
 
-class ProducerState:
+class ProducerState(Outbox):
+    """A producer's protocol state: its :class:`~dafka.outbox.Outbox` (the records it holds and the live
+    batch), the stores' ACKs, the FETCH answers in progress and what its subscribers read."""
+
     def __init__(
         self,
         address: str,
@@ -47,19 +51,11 @@ class ProducerState:
         max_unacked_bytes: int = 128 * 1024 * 1024,
         fetch_inflight_bytes: int = 32 * 1024 * 1024,
     ) -> None:
+        super().__init__(min_acks, max_unacked, max_unacked_bytes, batching.Audience(topic, address))
         self.address = address
         self.topic = topic
-        self.min_acks = min_acks
-        self.max_unacked = max_unacked
-        self.max_unacked_bytes = max_unacked_bytes
         self.record_prefix = proto.record_prefix(proto.RECORD, topic, address, topic)
         self.head_prefix = proto.record_prefix(proto.HEAD, topic, address, topic)
-        self.next_seq = 0
-        self.base = 0  # sequence of buffer[0]
-        self.buffer: deque[bytes] = deque()
-        self.buffered_bytes = 0  # of the values and keys held
-        self.keys: dict[int, bytes] = {}  # the key of each held record that has one (rfc section 18)
-        self.released = -1  # every sequence <= released is acked by min_acks stores
         self.held_peak = 0  # the most unacked bytes held (seen at ACKs) since the last trim
         self.trim_due = False
         self.store_acks: dict[str, int] = {}
@@ -68,20 +64,11 @@ class ProducerState:
         self.stored = -1
         self.tails_sent = 0
         self.malformed = 0
-        self.published_bytes = 0
         self.fetches_received = 0
         self.records_answered = 0
         self.ledger = InflightLedger(fetch_inflight_bytes, per_pipe=True)
         self.bulk = bulk_answers.Negotiated(per_pipe=True)  # (XPUB_VERBOSER)
-        # Live records in batches (RECORDS) for the subscribers that read them.
-        self.audience = batching.Audience(topic, address)
-        self.batch: list[bytes] = []  # published records waiting to go out in one RECORDS
-        self.batch_keys: dict[int, bytes] | None = None  # their keys, by place in the batch, once one has a key
-        self.batch_bytes = 0
-        self.batch_first = 0  # the sequence of batch[0]
-        self.batch_due = False  # the batch is to go out now (see publish)
         self.batches_sent = 0
-        self.last_publish = float("-inf")
         self._records_prefix = proto.record_prefix(proto.RECORDS, topic, address, topic)
         self._keyed_prefix = proto.record_prefix(proto.KEYED_RECORDS, topic, address, topic)
         # FETCH answers in progress, one per requester, served in turn: requester -> [next, end]
@@ -98,41 +85,6 @@ class ProducerState:
         if self.min_acks == 0 or not self.buffer:
             return True
         return len(self.buffer) < self.max_unacked and self.buffered_bytes + size <= self.max_unacked_bytes
-
-    def publish(self, content: bytes, now: float = 0.0) -> int:
-        """Take a record if the unacked buffer has room for it: returns its
-        sequence, or -1, taking nothing, when the buffer is full.  While
-        somebody reads RECORDS, the record joins the live batch, and
-        :attr:`batch_due` says whether the batch is to go out now (the record
-        came alone, not in a burst, or the batch is full) or may wait for more
-        (at most ``batching.LINGER``).  One call per record: this is send()'s
-        hot path."""
-        buffer = self.buffer
-        size = len(content)
-        if self.min_acks:
-            if buffer and (len(buffer) >= self.max_unacked or self.buffered_bytes + size > self.max_unacked_bytes):
-                return -1
-            buffer.append(content)
-            self.buffered_bytes += size
-            seq = self.next_seq
-        else:
-            buffer.append(content)
-            self.buffered_bytes += size
-            seq = self.released = self.next_seq
-            while len(buffer) > self.max_unacked or self.buffered_bytes > self.max_unacked_bytes:
-                self._drop_oldest()
-        self.next_seq = seq + 1
-        self.published_bytes += size
-        if self.audience.batches:
-            batch = self.batch
-            if not batch:
-                self.batch_first = seq
-            batch.append(content)
-            self.batch_bytes += size
-            self.batch_due = (now - self.last_publish >= batching.BURST_GAP or len(batch) >= batching.MAX_RECORDS
-                              or self.batch_bytes >= batching.MAX_BYTES)
-            self.last_publish = now
-        return seq
 
     def publish_keyed(self, content: bytes, key: bytes, now: float = 0.0) -> int:
         """:meth:`publish` for a record with a key, which travels with it to
@@ -257,15 +209,6 @@ class ProducerState:
     def forget_store(self, store: str) -> None:
         """A store went away; its past ACKs stay valid, it just stops counting for new ones."""
         self.store_acks.pop(store, None)
-
-    def _drop_oldest(self) -> None:
-        content = self.buffer.popleft()
-        self.buffered_bytes -= len(content)
-        if self.keys:
-            key = self.keys.pop(self.base, None)
-            if key is not None:
-                self.buffered_bytes -= len(key)
-        self.base += 1
 
     # -- fetch --------------------------------------------------------------
 

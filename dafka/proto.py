@@ -27,13 +27,18 @@ and nothing else.
 from __future__ import annotations
 
 import re
-import sys
 from array import array
 from dataclasses import dataclass
 from itertools import accumulate, compress
 from typing import ClassVar, Sequence, Union
 
 import msgpack
+
+# the per-record loop over a batch's contents has a compiled twin (dafka/packing.py)
+from .packing import SWAP as _SWAP
+from .packing import U32 as _U32
+from .packing import lengths_of as _lengths
+from .packing import split_contents
 
 VERSION = 1
 MAX_STRING = 255
@@ -608,19 +613,6 @@ def encode_stamps(stamps: Sequence[tuple[int, int]]) -> bytes:
         _u64(first, "stamp sequence") + _u64(ms, "stamp time") for first, ms in stamps)
 
 
-# u32 lengths of DIRECT-RECORDS' frame 2, little-endian on the wire
-_U32 = next(code for code in "IL" if array(code).itemsize == 4)
-_SWAP = sys.byteorder != "little"
-
-
-def _lengths(raw: bytes) -> array[int]:
-    lengths = array(_U32)
-    lengths.frombytes(raw)
-    if _SWAP:
-        lengths.byteswap()
-    return lengths
-
-
 def pack_contents(values: Sequence[bytes]) -> tuple[bytes, bytes]:
     """Frames 2 and 3 of a DIRECT-RECORDS carrying ``values``, built in C
     (``map``, ``array``, ``join``): no Python bytecode runs per record."""
@@ -661,13 +653,6 @@ def _check_keys(lengths: bytes, keys: bytes, count: int, error: type[Exception])
         raise error(f"{count} records with {len(lengths)} bytes of key lengths")
     if sum(size for size in _lengths(lengths) if size != NO_KEY) != len(keys):
         raise error("key lengths do not add up to the keys")
-
-
-def split_contents(lengths: bytes, contents: bytes) -> list[bytes]:
-    """The contents of a decoded DIRECT-RECORDS, one bytes object per record,
-    sliced in C (``map`` over ``slice`` and ``accumulate``)."""
-    sizes = _lengths(lengths)
-    return list(map(contents.__getitem__, map(slice, accumulate(sizes, initial=0), accumulate(sizes))))
 
 
 # --------------------------------------------------------------------------

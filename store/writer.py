@@ -23,6 +23,7 @@ from dafka import batching, heap, proto
 from dafka import bulk as bulk_answers
 from dafka.config import Config, ConfigError
 from dafka.loop import Loop
+from dafka.packing import put_all
 from dafka.peer import drain_records, queue_messages
 
 from . import cleaner, compaction, keys, memory, retention
@@ -336,9 +337,7 @@ class Writer(RoleThread):
     def _write_batch(self, put_keys: list[bytes], put_values: list[bytes], deletes: list[bytes] = ()) -> None:
         """The one place that writes to LevelDB (tests replace it to simulate a full disk)."""
         wb = self._db.write_batch(sync=self._sync)
-        put = wb.put
-        for key, value in zip(put_keys, put_values):
-            put(key, value)
+        put_all(wb.put, put_keys, put_values)
         for key in deletes:
             wb.delete(key)
         wb.write()

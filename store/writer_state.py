@@ -36,6 +36,7 @@ from typing import Any
 from dafka import proto
 from dafka.inflight import fetch_window, mean_size
 from dafka.intake import RecordIntake
+from dafka.packing import sequence_keys, split_contents
 
 from . import keys
 
@@ -367,7 +368,7 @@ class WriterState(RecordIntake):
         if end <= start:
             self.duplicates += msg.count
             return
-        values = proto.split_contents(msg.lengths, msg.contents)
+        values = split_contents(msg.lengths, msg.contents)
         if first > start or self.failed is not None:  # ahead of a gap, or failing: one by one
             for seq, content, key in zip(range(first, end), values, record_keys or repeat(None)):
                 self._on_record(p, seq, content, key)
@@ -377,7 +378,7 @@ class WriterState(RecordIntake):
             del values[: start - first]
         if end - 1 > p.known_head:
             p.known_head = end - 1
-        self._keys.extend(map(p.key_prefix.__add__, map(int.to_bytes, range(start, end), repeat(8), repeat("big"))))
+        self._keys.extend(sequence_keys(p.key_prefix, start, end))
         self._values.extend(values)
         if record_keys is not None:
             for seq, key in zip(range(start, end), record_keys[start - first:]):
@@ -398,7 +399,7 @@ class WriterState(RecordIntake):
                    msg: proto.DirectRecordsMsg) -> None:
         """The keys of records ``first .. end-1`` that the store has already (it took them from a form without
         keys: a RECORD that came first, a reference store's answer): written with the next batch."""
-        contents = proto.split_contents(msg.lengths, msg.contents)[:end - first]
+        contents = split_contents(msg.lengths, msg.contents)[:end - first]
         for seq, key, content in zip(range(first, end), record_keys, contents):
             if key is not None:
                 self._keys.append(p.record_keys_prefix + seq.to_bytes(8, "big"))

@@ -5,14 +5,19 @@
 * ``twine check --strict`` passes on the sdist and the wheel;
 * the wheel holds the dafka package only (no tests, bench, docs or examples),
   with ``py.typed`` and every mapped subpackage;
-* the sdist holds what running the tests and building the docs need.
+* the sdist holds what running the tests and building the docs need;
+* the wheel holds the compiled twins (dafka/_c*.so; dafka/extensions.py), and
+  the sdist built again where there is no C compiler (``CC=false``) still
+  makes a wheel, in pure Python, and says so in one line.
 Exits 1 naming what is wrong."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -24,7 +29,9 @@ WHEEL_FILES = ["dafka/ui/templates/base.html", "dafka/ui/templates/overview.html
 SDIST_NEEDS = ["tox.ini", "pyproject.toml", "CHANGELOG.md", "MANIFEST.in", "tests/conftest.py",
                "tests/data/wire_vectors.txt", "tests/data/store-0.1.0/CURRENT", "tests/faults/faultkit.py",
                "tests/typing/user_code.py", "docs/conf.py", "examples/producer_consumer.py", "rfc/dafka.md",
-               "bench/run.py", ".ci/run"]
+               "bench/run.py", ".ci/run", "setup.py", "dafka/_cpacking.pyx", "dafka/_coutbox.pyx"]
+TWINS = ["dafka/_cpacking", "dafka/_coutbox"]  # the compiled twins the wheel holds (setup.py)
+NOTICE = "dafka: the compiled extensions were not built"
 
 
 def problems(dist: Path) -> list[str]:
@@ -52,7 +59,29 @@ def problems(dist: Path) -> list[str]:
     out += [f"the sdist lacks {need}" for need in SDIST_NEEDS if need not in held]
     if any("__pycache__" in name for name in held):
         out.append(f"the sdist ({root}) holds __pycache__ folders")
-    return out
+    out += [f"the wheel lacks the compiled twin {twin}" for twin in TWINS
+            if not any(name.startswith(twin + ".") and name.endswith(".so") for name in names)]
+    out += [f"the sdist holds generated C: {name}" for name in held if name.startswith("dafka/_c") and name.endswith(".c")]
+    return out + without_a_compiler(sdists[0])
+
+
+def without_a_compiler(sdist: Path) -> list[str]:
+    """The sdist built into a wheel where the C compiler fails (``CC=false``): the build goes on, in pure
+    Python, with the notice; the wheel holds every package and no compiled twin."""
+    with tempfile.TemporaryDirectory() as into:
+        built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", into, str(sdist)],
+                               capture_output=True, text=True, env={**os.environ, "CC": "false", "LDSHARED": "false"})
+        if built.returncode != 0:
+            return [f"the sdist did not build without a C compiler:\n{built.stdout[-2000:]}{built.stderr[-2000:]}"]
+        out = []
+        if NOTICE not in built.stdout + built.stderr:
+            out.append(f"the build without a C compiler did not say {NOTICE!r}")
+        wheels = list(Path(into).glob("*.whl"))
+        names = zipfile.ZipFile(wheels[0]).namelist() if len(wheels) == 1 else []
+        if {name.rsplit("/", 1)[0] for name in names if name.endswith("/__init__.py")} != WHEEL_PACKAGES:
+            out.append(f"the wheel built without a C compiler lacks packages: {[w.name for w in wheels]}")
+        out += [f"the wheel built without a C compiler holds {name}" for name in names if name.endswith(".so")]
+        return out
 
 
 if __name__ == "__main__":

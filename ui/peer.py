@@ -34,6 +34,7 @@ from dafka import bulk, proto
 from dafka.beacon import CONNECT, Beacon
 from dafka.config import Config
 from dafka.net import drain, split_endpoints, wake_pipe
+from dafka.packing import split_contents
 from dafka.peer import DataSocket, connect, new_address, read_subscriptions
 
 from .model import ClusterModel, tail_prefixes
@@ -404,7 +405,7 @@ class ConsolePeer:
                 continue
             assert isinstance(msg, proto.DirectRecordsMsg)
             stamps = msg.stamps
-            values = proto.split_contents(msg.lengths, msg.contents)
+            values = split_contents(msg.lengths, msg.contents)
             keys = msg.key_list() or [None] * len(values)
             for i, value in enumerate(values):
                 offset = msg.sequence + i
@@ -453,7 +454,7 @@ class ConsolePeer:
         if isinstance(msg, proto.DirectRecordsMsg):  # RECORDS or KEYED-RECORDS
             topic, partition, first, count = msg.subject, msg.address, msg.sequence, msg.count
             lengths, contents = msg.lengths, msg.contents
-            split = lambda: proto.split_contents(lengths, contents)  # noqa: E731
+            split = lambda: split_contents(lengths, contents)  # noqa: E731
             keys = msg.key_list()
         else:
             assert isinstance(msg, proto.RecordMsg)
