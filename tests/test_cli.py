@@ -195,7 +195,8 @@ def test_version_lives_in_one_place_and_dafka_version_prints_it():
     import dafka
 
     out = subprocess.run([script("dafka"), "--version"], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0 and out.stdout.strip() == f"dafka, version {dafka.__version__}"
+    assert out.returncode == 0 and out.stdout.splitlines()[0] == f"dafka, version {dafka.__version__}"
+    assert out.stdout.splitlines()[1].startswith("compiled extensions: ")  # which ran (tests/test_extensions.py)
     assert version("dafka") == dafka.__version__  # pyproject reads it from dafka/__init__.py
 
 
