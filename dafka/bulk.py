@@ -32,6 +32,11 @@ SETTLE = 0.1
 # the ids a requester subscribes with its own address: what it is answered, and how
 REQUESTER_IDS = frozenset((proto.DIRECT_RECORD, proto.DIRECT_RECORDS, proto.DIRECT_KEYED_RECORDS, proto.DIRECT_GAP,
                            proto.DIRECT_TAIL, proto.DIRECT_PARTITIONS))
+# The last of them that a requester of this version subscribes, both when it connects (sorted) and when it
+# subscribes on a live connection (dafka.consumer_state.ConsumerState.own_subscriptions, ``subscriptions``
+# below: V after D, N, P, R and T): once it is here, its FETCHes need not wait out SETTLE.  A requester that
+# never subscribes it (a reference peer, a dafka-py 0.2 peer, one without keys) still waits SETTLE.
+LAST_REQUESTER_ID = proto.DIRECT_KEYED_RECORDS
 MAX_COUNT = 65_536  # records per message at most, however small they are
 
 
@@ -108,11 +113,13 @@ class Settling:
     * for it to subscribe to its answers at all (:meth:`wait_unheard`): its FETCH may overtake its subscription,
       on another connection, or it left or never was, and nobody could read the answer.  Such a FETCH waits
       :data:`UNHEARD_WAIT`, then is dropped (rfc 6.7) and counted in :attr:`unheard_dropped`;
-    * for its subscriptions to settle (:meth:`hold`): :data:`SETTLE` after its first one."""
+    * for its subscriptions to settle (:meth:`hold`): :data:`SETTLE` after its first one, or until its
+      :data:`LAST_REQUESTER_ID` one, after which a requester of this version subscribes to nothing more."""
 
     def __init__(self) -> None:
         self.heard: dict[str, float] = {}  # requester -> when its first subscription came
-        self.waiting: dict[Hashable, tuple[float, Any]] = {}  # key -> (when due, the FETCH)
+        self.settled: set[str] = set()  # requesters whose subscriptions are all here (LAST_REQUESTER_ID came)
+        self.waiting: dict[Hashable, tuple[float, str, Any]] = {}  # key -> (when due, requester, the FETCH)
         self.unheard: dict[Hashable, tuple[float, str, Any]] = {}  # key -> (when dropped, requester, the FETCH)
         self.unheard_dropped = 0
 
@@ -121,25 +128,32 @@ class Settling:
             return
         if sub.subscribe:
             self.heard.setdefault(sub.topic, now)
+            if sub.msg_id == LAST_REQUESTER_ID:
+                self.settled.add(sub.topic)
+                for key, (at, requester, fetch) in self.waiting.items():
+                    if requester == sub.topic and at > now:
+                        self.waiting[key] = (now, requester, fetch)  # due at once: nothing more will come
         elif sub.msg_id == proto.DIRECT_RECORD:  # its pipe went away
             self.heard.pop(sub.topic, None)
+            self.settled.discard(sub.topic)
 
     def hold(self, key: Hashable, requester: str, fetch: Any, now: float) -> bool:
-        """Keep ``fetch`` for later (True) if ``requester`` was first heard less than SETTLE ago."""
+        """Keep ``fetch`` for later (True) if ``requester`` was first heard less than SETTLE ago and has not
+        sent its last subscription yet."""
         heard = self.heard.get(requester)
-        if heard is None or now >= heard + SETTLE:
+        if heard is None or now >= heard + SETTLE or requester in self.settled:
             return False
         self.waiting.pop(key, None)
-        self.waiting[key] = (heard + SETTLE, fetch)
+        self.waiting[key] = (heard + SETTLE, requester, fetch)
         return True
 
     def due(self, now: float) -> list[Any]:
         """The FETCHes whose time came, taken out."""
-        ready = [key for key, (at, _) in self.waiting.items() if at <= now]
-        return [self.waiting.pop(key)[1] for key in ready]
+        ready = [key for key, (at, _, _) in self.waiting.items() if at <= now]
+        return [self.waiting.pop(key)[2] for key in ready]
 
     def next_due(self) -> float | None:
-        return min((at for at, _ in self.waiting.values()), default=None)
+        return min((at for at, _, _ in self.waiting.values()), default=None)
 
     def wait_unheard(self, key: Hashable, requester: str, fetch: Any, now: float) -> None:
         """Keep ``fetch`` until ``requester`` subscribes to its answers (:meth:`heard_from`), in place of

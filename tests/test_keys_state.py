@@ -127,12 +127,31 @@ def test_a_producer_answers_a_fetch_once_its_requesters_subscriptions_settled():
     state.on_fetch(proto.FetchMsg(P, ME, "t", 0, 1), now=5.01)
     state.settle(5.05)
     assert not state.answering and state.settling.next_due() == 5.0 + batching.SETTLE
-    for prefix in bulk.subscriptions(ME, keys=True):  # the rest of its subscriptions
+    for prefix in bulk.subscriptions(ME, keys=True):  # the rest of its subscriptions, V (keys) the last
         state.on_subscription(proto.decode_subscription(b"\x01" + prefix), now=5.02)
-    state.settle(5.2)
+    state.settle(5.02)  # its last subscription came: nothing more will, the FETCH need not wait out SETTLE
     assert state.settling.next_due() is None and state.answering
     (answer,) = decoded(list(state.fetch_answers()))
     assert type(answer) is proto.DirectKeyedRecordsMsg and answer.key_list() == [b"k"]
+    state.on_fetch(proto.FetchMsg(P, ME, "t", 0, 1), now=5.03)  # and its next FETCH is answered at once
+    assert state.answering and not state.settling.waiting
+
+
+def test_a_requester_that_reads_no_keys_still_waits_out_settle():
+    """Without V (a dafka-py 0.2 peer, a requester without keys, a reference peer) nothing says that its
+    subscriptions are all here: its FETCH waits SETTLE after its first one."""
+    state = ProducerState(P, "t", min_acks=1)
+    state.publish(b"v")
+    state.on_subscription(sub(b"\x01D" + ME.encode() + b"\0"), now=5.0)
+    for prefix in bulk.subscriptions(ME, keys=False):
+        state.on_subscription(proto.decode_subscription(b"\x01" + prefix), now=5.01)
+    state.on_fetch(proto.FetchMsg(P, ME, "t", 0, 1), now=5.02)
+    state.settle(5.05)
+    assert not state.answering and state.settling.next_due() == 5.0 + batching.SETTLE
+    state.settle(5.0 + batching.SETTLE)
+    assert state.answering
+    (answer,) = decoded(list(state.fetch_answers()))
+    assert type(answer) is proto.DirectRecordsMsg
 
 
 def test_a_producer_holds_a_fetch_until_its_requester_listens_and_drops_it_if_it_never_does():

@@ -263,7 +263,7 @@ class ConsolePeer:
     def _set_subscriptions(self, wanted: set[bytes]) -> None:
         for prefix in self._subscribed - wanted:
             self.sub.setsockopt(zmq.UNSUBSCRIBE, prefix)
-        for prefix in wanted - self._subscribed:
+        for prefix in sorted(wanted - self._subscribed):  # in the order of their bytes: V<address> last (bulk.py)
             self.sub.setsockopt(zmq.SUBSCRIBE, prefix)
         self._subscribed = wanted
 
