@@ -1164,9 +1164,9 @@ def scenario_idle(seconds: float) -> dict:
         procs["producer"] = tool("dafka.cli.producer", "idle", "-q", *peer, stdin=True)
         procs["producer"].stdin.write("one record\n")
         procs["producer"].stdin.flush()
-        line = procs["consumer"].stdout.readline()
+        line = line_within(procs["consumer"].stdout, 60.0)  # (a bench never hangs)
         if not line.rstrip().endswith("one record"):
-            raise RuntimeError(f"the idle scenario's consumer printed {line!r}, not its record")
+            raise ScenarioFailed(f"the idle scenario's consumer printed {line!r} within 60 s, not its record")
         time.sleep(10.0)  # settle: hellos, HEADs, retries and start-up work are over
         before = {role: proc_cpu_and_wakeups(p.pid) for role, p in procs.items()}
         time.sleep(seconds)
@@ -1491,9 +1491,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{g['received']:,} of {g['records']:,} records, partitions per member {g['shares']}, "
                   f"RSS MiB member {g['rss_mib']['member (max)']:.0f}")
     if "idle" not in skip:
-        results["idle"] = scenario_idle(a.idle_seconds)
+        results["idle"] = guarded(scenario_idle, a.idle_seconds)
         print(f"\n== idle for {a.idle_seconds:.0f} s (daemons and console tools, nothing flowing) ==")
-        for role, r in results["idle"]["roles"].items():
+        if "error" in results["idle"]:
+            print(f"did not finish: {results['idle']['error']}")
+        for role, r in results["idle"].get("roles", {}).items():
             print(f"{role:<44} CPU {r['cpu_percent']:.3f} %, {r['wakeups_per_s']:.1f} wake-ups/s")
     results["first_record_live"] = scenario_first_record_live()
     print(f"consumer start to first record, live producer: {results['first_record_live']['first_record_ms']:.1f} ms")
