@@ -1,4 +1,5 @@
-"""Builds the optional compiled twins (dafka/_c*.pyx; dafka/extensions.py).
+"""Builds the optional compiled twins (dafka/extensions.py): dafka/_cpacking.pyx, and dafka/outbox.py
+compiled as dafka._coutbox with the types of dafka/_coutbox.pxd.
 
 Everything else about the package is in pyproject.toml.  A twin that cannot be
 built (no Cython, no C compiler, a compile error) leaves the package in pure
@@ -14,7 +15,8 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-TWINS = [Extension(f"dafka._c{name}", [f"dafka/_c{name}.pyx"]) for name in ("packing", "outbox")]
+TWINS = [Extension("dafka._cpacking", ["dafka/_cpacking.pyx"]),
+         Extension("dafka._coutbox", ["dafka/outbox.py"])]  # the pure module itself, typed by _coutbox.pxd
 NOTICE = "dafka: the compiled extensions were not built ({}); dafka runs in pure Python, slower"
 
 
@@ -47,7 +49,10 @@ def twins() -> list[Extension]:
     except ImportError:
         notice("Cython is not installed")
         return []
-    return cythonize(TWINS, quiet=True, compiler_directives={"language_level": 3})
+    # annotation_typing off: a twin compiled from pure Python takes its types from its .pxd alone, never from
+    # its annotations (which say what the pure module accepts); the generated C stays out of the tree.
+    return cythonize(TWINS, quiet=True, build_dir="build/cython",
+                     compiler_directives={"language_level": 3, "annotation_typing": False})
 
 
 setup(ext_modules=twins(), cmdclass={"build_ext": OptionalBuildExt})

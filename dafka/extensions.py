@@ -1,11 +1,13 @@
 """The optional compiled twins of the per-record code, in aiokafka's pattern.
 
-A twin is a Cython module (``dafka/_c<name>.pyx``) that mirrors a pure-Python
-module (``dafka/<name>.py``) one to one: the same functions and classes, the
-same results for any input, in C loops and typed fields.  ``pip install .`` builds them where it can
-(setup.py); where it cannot (no C compiler, no Cython) the package is pure
-Python and works the same, only slower.  The pure module asks :func:`twin` at
-its import and takes the twin's functions in place of its own.
+A twin (``dafka._c<name>``) mirrors a pure-Python module (``dafka/<name>.py``)
+one to one: the same functions and classes, the same results for any input.
+``dafka/_cpacking.pyx`` does it in C loops of its own; ``dafka._coutbox`` is
+``dafka/outbox.py`` itself compiled, with the field types ``dafka/_coutbox.pxd``
+declares.  ``pip install .`` builds them where it can (setup.py); where it
+cannot (no C compiler, no Cython) the package is pure Python and works the
+same, only slower.  Whoever uses a twinned module asks :func:`twin` at import
+which one to take.
 
 ``DAFKA_NO_EXTENSIONS=1`` (any value but empty or ``0``) turns the twins off
 for a process and what it starts; it is read once, at import.
@@ -24,29 +26,22 @@ DISABLED = os.environ.get(ENV, "") not in ("", "0") or sys.implementation.name !
 # The pure-Python modules that have a twin.
 TWINNED = ("dafka.packing", "dafka.outbox")
 
-_compiled: dict[str, bool] = {}  # pure module -> its twin is in use
-
-
 def twin(module: str) -> ModuleType | None:
     """The compiled twin of the pure-Python ``module`` (``dafka.packing``:
     ``dafka._cpacking``), or None when the twins are turned off or this one
     was not built."""
+    if DISABLED:
+        return None
     package, _, name = module.rpartition(".")
-    found = None
-    if not DISABLED:
-        try:
-            found = importlib.import_module(f"{package}._c{name}")
-        except ImportError:
-            found = None
-    _compiled[module] = found is not None
-    return found
+    try:
+        return importlib.import_module(f"{package}._c{name}")
+    except ImportError:
+        return None
 
 
 def status() -> dict[str, bool]:
     """Whether each twinned module runs compiled (True) or in pure Python (False) in this process."""
-    for module in TWINNED:
-        importlib.import_module(module)
-    return {module: _compiled[module] for module in TWINNED}
+    return {module: twin(module) is not None for module in TWINNED}
 
 
 def summary() -> str:

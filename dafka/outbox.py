@@ -3,9 +3,11 @@ FETCH answers and ``min_acks``) and the live batch (rfc/dafka.md section 13).
 
 :class:`dafka.producer_state.ProducerState` is an :class:`Outbox` and adds
 the protocol around it.  Apart because :meth:`Outbox.publish` runs once per
-record (``Producer.send``): it has a compiled twin, ``dafka/_coutbox.pyx``, a
-class whose fields are typed, where Python looks each one up by name
-(:mod:`dafka.extensions`; ``DAFKA_NO_EXTENSIONS=1`` keeps this one).
+record (``Producer.send``): it has a compiled twin, this same file compiled
+as ``dafka._coutbox`` with the field types that ``dafka/_coutbox.pxd``
+declares, where Python looks each field up by name (:mod:`dafka.extensions`
+picks it for :mod:`dafka.producer_state`; ``DAFKA_NO_EXTENSIONS=1`` keeps this
+one).
 """
 
 from __future__ import annotations
@@ -13,7 +15,12 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from . import batching, extensions
+from . import batching
+
+# read once: the compiled twin holds them as C values (dafka/_coutbox.pxd)
+BURST_GAP = batching.BURST_GAP
+MAX_RECORDS = batching.MAX_RECORDS
+MAX_BYTES = batching.MAX_BYTES
 
 
 class Outbox:
@@ -72,8 +79,8 @@ class Outbox:
                 self.batch_first = seq
             batch.append(content)
             self.batch_bytes += size
-            self.batch_due = (now - self.last_publish >= batching.BURST_GAP or len(batch) >= batching.MAX_RECORDS
-                              or self.batch_bytes >= batching.MAX_BYTES)
+            self.batch_due = (now - self.last_publish >= BURST_GAP or len(batch) >= MAX_RECORDS
+                              or self.batch_bytes >= MAX_BYTES)
             self.last_publish = now
         return seq
 
@@ -86,10 +93,3 @@ class Outbox:
                 self.buffered_bytes -= len(key)
         self.base += 1
 
-
-PURE = Outbox
-"""The pure-Python class, whichever runs (the twin's tests compare them)."""
-
-_twin = extensions.twin(__name__)
-if _twin is not None:
-    Outbox = _twin.Outbox  # type: ignore[misc]  # the same class, compiled

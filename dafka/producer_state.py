@@ -24,12 +24,16 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import islice
-from typing import Generator, Iterator, Sequence
+from typing import TYPE_CHECKING, Generator, Iterator, Sequence
 
-from . import batching, proto
+from . import batching, extensions, outbox, proto
 from . import bulk as bulk_answers
 from .inflight import MESSAGE_OVERHEAD, InflightLedger
-from .outbox import Outbox
+
+if TYPE_CHECKING:
+    from .outbox import Outbox
+else:  # the compiled twin of dafka/outbox.py where it runs (dafka/extensions.py)
+    Outbox = (extensions.twin(outbox.__name__) or outbox).Outbox
 
 FETCH_SLICE = 10_000
 # A window that held this many unacked bytes and drained to an eighth of its peak is followed by a trim

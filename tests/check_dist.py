@@ -29,7 +29,7 @@ WHEEL_FILES = ["dafka/ui/templates/base.html", "dafka/ui/templates/overview.html
 SDIST_NEEDS = ["tox.ini", "pyproject.toml", "CHANGELOG.md", "MANIFEST.in", "tests/conftest.py",
                "tests/data/wire_vectors.txt", "tests/data/store-0.1.0/CURRENT", "tests/faults/faultkit.py",
                "tests/typing/user_code.py", "docs/conf.py", "examples/producer_consumer.py", "rfc/dafka.md",
-               "bench/run.py", ".ci/run", "setup.py", "dafka/_cpacking.pyx", "dafka/_coutbox.pyx"]
+               "bench/run.py", ".ci/run", "setup.py", "dafka/_cpacking.pyx", "dafka/_coutbox.pxd"]
 TWINS = ["dafka/_cpacking", "dafka/_coutbox"]  # the compiled twins the wheel holds (setup.py)
 NOTICE = "dafka: the compiled extensions were not built"
 
@@ -61,7 +61,7 @@ def problems(dist: Path) -> list[str]:
         out.append(f"the sdist ({root}) holds __pycache__ folders")
     out += [f"the wheel lacks the compiled twin {twin}" for twin in TWINS
             if not any(name.startswith(twin + ".") and name.endswith(".so") for name in names)]
-    out += [f"the sdist holds generated C: {name}" for name in held if name.startswith("dafka/_c") and name.endswith(".c")]
+    out += [f"the sdist holds generated C: {name}" for name in held if name.startswith("dafka/") and name.endswith(".c")]
     return out + without_a_compiler(sdists[0])
 
 
