@@ -18,7 +18,8 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "run.py"
 TINY = ["--records", "2000", "--catchup-records", "2000", "--hold-records", "2000", "--sizes", "100",
         "--cdc-records", "2000", "--bootstrap-rows", "2000", "--cdc-latency-seconds", "1", "--mirror-lag-seconds", "1",
         "--burst-records", "2000", "--scale-peers", "30", "--scale-seconds", "1", "--idle-seconds", "2",
-        "--partitions", "1,8", "--compaction-records", "2000", "--compaction-keys", "100"]
+        "--partitions", "1,8", "--compaction-records", "2000", "--compaction-keys", "100",
+        "--shard-records", "2000", "--shard-stores", "1,2"]
 
 
 def bench(processes, tmp_path, *args: str) -> tuple[dict, str]:
