@@ -25,6 +25,8 @@ cdef class Outbox:
     cdef public object batch_first
     cdef public bint batch_due
     cdef public double last_publish
+    cdef public object times
+    cdef public double note_due
 
     @cython.locals(size=Py_ssize_t, batch=list)
     cpdef publish(self, content, double now=*)

@@ -439,10 +439,11 @@ class Consumer(Generic[V]):
                 self._xpub.send_multipart(frames)
             out.clear()
         state = self._state
-        if state.awaiting or state.quiet_watch or state.heads_due is not None:
+        starting = state.latest.due()  # a partition that ``latest`` waits to start
+        if state.awaiting or state.quiet_watch or state.heads_due is not None or starting is not None:
             # the fetch-retry tick while partitions await records or a quiet moment, else the tail watch's next turn
-            when = time.monotonic() + _TICK if state.awaiting or state.quiet_watch or state.heads_due is None \
-                else state.heads_due
+            when = time.monotonic() + _TICK if state.awaiting or state.quiet_watch else \
+                min(t for t in (state.heads_due, starting) if t is not None)
             if self._tick_timer is None or when < self._tick_timer.when:
                 if self._tick_timer is not None:
                     self._tick_timer.cancel()

@@ -16,6 +16,7 @@ retention, or let go by a producer in no-store mode (counted in
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Iterable
 from itertools import repeat
@@ -26,6 +27,7 @@ from . import bulk as bulk_answers
 from .group import GroupState
 from .inflight import fetch_window, mean_size
 from .intake import RecordIntake
+from .latest import LatestStarts
 from .packing import lengths_of, split_contents, split_records
 from .records import Record, keyed_record, keyed_records, make_record
 
@@ -126,24 +128,37 @@ class ConsumerState(RecordIntake):
         # A group member subscribes to the records of the partitions it reads only (publishers filter the
         # rest out): SUB prefixes to add (True) or remove (False), for the consumer to apply.
         self.sub_changes: list[tuple[bool, bytes]] = []
+        # Where ``latest`` starts each partition (rfc 8.1): one past the last record that a peer held at the
+        # subscription, from the HEADS-AT answers of the peers that hold records.
+        self.latest = LatestStarts()
+        # live records of the partitions it waits to start, kept (bounded) so that none is lost where nobody
+        # else holds it (a reference producer without stores): partition -> {sequence: content or (content, key)}
+        self._early: dict[tuple[str, str], dict[int, Any]] = {}
 
     # -- subscriptions ------------------------------------------------------
 
-    def subscribe(self, topic: str, sink: deque[Record[bytes]] | None = None) -> list[bytes]:
+    def subscribe(self, topic: str, sink: deque[Record[bytes]] | None = None, since_ms: int | None = None) -> list[bytes]:
         """Subscribe to ``topic``; returns the SUB prefixes to add.  With a
         ``sink`` it is an internal topic: every partition is read from the
-        earliest record into ``sink``, never into :attr:`ready`."""
+        earliest record into ``sink``, never into :attr:`ready`.  With
+        ``latest``, ``since_ms`` (unix ms; default: now) is the moment from
+        which records are delivered."""
         if topic in self.topics:
             return []
+        prefixes = []
         if sink is not None:
             self.sinks[topic] = sink
-        elif self.group is not None:
-            self.group.subscribe(topic, self.now)
+        else:
+            if self.group is not None:
+                self.group.subscribe(topic, self.now)
+            if not self.earliest:
+                self.latest.subscribe(topic, int(time.time() * 1000) if since_ms is None else since_ms)
+                prefixes.append(self.latest.subscription(topic, self.address))
         self.topics.append(topic)
         self.get_heads((topic,))
         if self._gated(topic):
-            return [proto.subscription(proto.HEAD, topic, exact=True)]  # the records: per partition, once ours
-        prefixes = [proto.subscription(proto.RECORD, topic, exact=True), proto.subscription(proto.HEAD, topic, exact=True)]
+            return prefixes + [proto.subscription(proto.HEAD, topic, exact=True)]  # the records: per partition, once ours
+        prefixes += [proto.subscription(proto.RECORD, topic, exact=True), proto.subscription(proto.HEAD, topic, exact=True)]
         return prefixes + batching.consumer_subscriptions(topic) if self.batches else prefixes
 
     def own_subscriptions(self) -> list[bytes]:
@@ -159,10 +174,11 @@ class ConsumerState(RecordIntake):
         return prefixes + bulk_answers.subscriptions(self.address, keys=True) if self.bulk else prefixes
 
     def _asks_heads(self, topic: str) -> bool:
-        """Whether stores should tell us ``topic``'s heads: always from the
-        earliest offset; with ``latest`` only for partitions we have a
+        """Whether stores should tell us ``topic``'s heads: always, but for a
+        ``latest`` topic of a reader whose peers cannot say what they held at
+        the subscription (HEADS-AT off): then only for partitions we have a
         position for (an offsets file), whose producers may be gone."""
-        return self._earliest(topic) or self.group is not None or any(
+        return self._earliest(topic) or self.group is not None or topic in self.latest.since or any(
             t == topic for t, _ in self._positions) or any(
             t == topic for t, _ in self.partitions)
 
@@ -263,7 +279,8 @@ class ConsumerState(RecordIntake):
     def _knows(self, topic: str, address: str) -> bool:
         """Whether a store's DIRECT-HEAD may open this partition."""
         key = (topic, address)
-        return self._earliest(topic) or key in self.partitions or key in self._positions or self._gated(topic)
+        return self._earliest(topic) or topic in self.latest.since or key in self.partitions or \
+            key in self._positions or self._gated(topic)
 
     def _earliest(self, topic: str) -> bool:
         return self.earliest or topic in self.sinks
@@ -277,14 +294,16 @@ class ConsumerState(RecordIntake):
         ids = (proto.RECORD, batching.LIVE_BATCHES) if self.batches else (proto.RECORD,)
         return [proto.record_prefix(msg_id, topic, address, topic) for msg_id in ids]
 
-    def _partition(self, topic: str, address: str, seq: int) -> Partition | None:
-        """The partition a message is about, opened at first sight; None if
-        the consumer's group has not assigned it to us (told to the group)."""
-        p = self.partitions.get((topic, address))
+    def _partition(self, topic: str, address: str, seq: int, record: bool = False) -> Partition | None:
+        """The partition a message is about (``record``: a live record
+        ``seq``, else a head ``seq``), opened at first sight; None if the
+        consumer's group has not assigned it to us (told to the group), or
+        while ``latest`` waits to know where it starts."""
+        key = (topic, address)
+        p = self.partitions.get(key)
         if p is None:
             group = self.group
             if group is not None and topic not in self.sinks:  # the group says which of its partitions we read
-                key = (topic, address)
                 group.meet(topic, address, seq, self.now)
                 if key not in group.owned:
                     return None
@@ -293,7 +312,37 @@ class ConsumerState(RecordIntake):
                 offset = group.committed.get(key)
                 if offset is not None:
                     self._positions[key] = offset
+            if key not in self._positions and topic in self.latest.since:
+                decided = self.latest.meet(topic, address, seq if record else seq + 1, seq, self.now)
+                if decided is None:
+                    return None  # the records it shows are fetched once it starts
+                return self._start_latest(*decided)
             p = self._open(topic, address, seq)
+        return p
+
+    def _keep_early(self, topic: str, address: str, seq: int, content: bytes, key: bytes | None = None) -> None:
+        early = self._early.setdefault((topic, address), {})
+        if len(early) < self.max_buffered:
+            early[seq] = content if key is None else (content, key)
+
+    def _start_latest(self, topic: str, address: str, start: int, head: int) -> Partition | None:
+        """Open a partition where ``latest`` starts it (:class:`~dafka.latest.LatestStarts`), deliver the
+        records that came meanwhile, and fetch what else is known to exist from there."""
+        key = (topic, address)
+        early = self._early.pop(key, {})
+        if key in self.partitions or (self._gated(topic) and self.group is not None and key not in self.group.owned):
+            return self.partitions.get(key)
+        self._positions[key] = start
+        p = self._open(topic, address, start)
+        if head > p.head:
+            p.head = head
+        for seq in sorted(s for s in early if s >= start):
+            content = early[seq]
+            if type(content) is tuple:
+                self._on_record(p, seq, content[0], content[1])
+            else:
+                self._on_record(p, seq, content)
+        self._request(p)
         return p
 
     def _open(self, topic: str, address: str, seq: int) -> Partition:
@@ -321,6 +370,11 @@ class ConsumerState(RecordIntake):
             return  # open already, or (``latest``, head unknown) it opens when first met
         if offset is not None:
             self._positions[(topic, partition)] = offset
+        elif (topic, partition) not in self._positions and topic in self.latest.since:
+            decided = self.latest.meet(topic, partition, head + 1, head, self.now)
+            if decided is not None:
+                self._start_latest(*decided)
+            return
         p = self._open(topic, partition, head)
         if head > p.head:
             p.head = head
@@ -329,6 +383,8 @@ class ConsumerState(RecordIntake):
     def stop(self, topic: str, partition: str) -> None:
         """Stop reading a partition (the group moved it): forget it and drop
         its records that wait in the ready queue."""
+        self.latest.forget(topic, partition)
+        self._early.pop((topic, partition), None)
         p = self.partitions.pop((topic, partition), None)
         if p is None:
             return
@@ -378,15 +434,21 @@ class ConsumerState(RecordIntake):
         if isinstance(msg, (proto.RecordMsg, proto.DirectRecordMsg)):
             if msg.subject not in self.topics or (type(msg) is proto.DirectRecordMsg and msg.topic != self.address):
                 return
-            p = self._partition(msg.subject, msg.address, msg.sequence)
+            p = self._partition(msg.subject, msg.address, msg.sequence, record=True)
             if p is not None:
                 self._on_record(p, msg.sequence, msg.content)
+            elif (msg.subject, msg.address) in self.latest.waiting:
+                self._keep_early(msg.subject, msg.address, msg.sequence, msg.content)
         elif isinstance(msg, proto.DirectRecordsMsg):  # (KEYED-)RECORDS (live, to the topic) too
             to = msg.subject if msg.live else self.address
             if msg.subject in self.topics and msg.topic == to:
-                p = self._partition(msg.subject, msg.address, msg.sequence)
+                p = self._partition(msg.subject, msg.address, msg.sequence, record=msg.live)
                 if p is not None:
                     self._on_records(p, msg)
+                elif (msg.subject, msg.address) in self.latest.waiting:
+                    keys = msg.key_list() if msg.key_lengths else None
+                    for n, content in enumerate(split_contents(msg.lengths, msg.contents)):
+                        self._keep_early(msg.subject, msg.address, msg.sequence + n, content, keys[n] if keys else None)
         elif isinstance(msg, proto.HeadMsg):
             if msg.subject in self.topics:
                 self._on_head(msg.subject, msg.address, msg.sequence)
@@ -410,6 +472,10 @@ class ConsumerState(RecordIntake):
         elif isinstance(msg, proto.GroupMemberMsg):
             if self.group is not None:
                 self.group.on_member(msg, self.now)
+        elif isinstance(msg, proto.HeadsAtMsg):
+            if msg.topic == self.address:
+                for decided in self.latest.on_answer(msg):
+                    self._start_latest(*decided)
 
     def _on_store_head(self, topic: str, address: str, seq: int) -> None:
         """A store's head of a partition (DIRECT-HEAD, or an entry of DIRECT-PARTITIONS)."""
@@ -586,6 +652,9 @@ class ConsumerState(RecordIntake):
         at: with none and no tail watch (:attr:`heads_due`), nothing needs the
         clock."""
         self.now = now
+        if self.latest.waiting:
+            for decided in self.latest.tick(now):
+                self._start_latest(*decided)
         if self.heads_due is not None and now >= self.heads_due:
             self._ask_tails(now)
         for p in list(self.quiet_watch):

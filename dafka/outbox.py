@@ -16,6 +16,7 @@ from collections import deque
 from typing import Any
 
 from . import batching
+from .publish_times import PublishTimes
 
 # read once: the compiled twin holds them as C values (dafka/_coutbox.pxd)
 BURST_GAP = batching.BURST_GAP
@@ -48,6 +49,8 @@ class Outbox:
         self.batch_first = 0  # the sequence of batch[0]
         self.batch_due = False  # the batch is to go out now (see publish)
         self.last_publish = float("-inf")
+        self.times = PublishTimes(float("-inf"))  # when records were published (for HEADS-AT, rfc 8.1)
+        self.note_due = float("-inf")  # when the next record's time is noted
 
     def publish(self, content: bytes, now: float = 0.0) -> int:
         """Take a record if the unacked buffer has room for it: returns its
@@ -73,6 +76,8 @@ class Outbox:
                 self._drop_oldest()
         self.next_seq = seq + 1
         self.published_bytes += size
+        if now >= self.note_due:
+            self.note_due = self.times.note(seq, now)
         if self.audience.batches:
             batch = self.batch
             if not batch:

@@ -164,6 +164,7 @@ class Producer(Generic[V]):
             max_unacked=c["producer/max_unacked"],
             max_unacked_bytes=c["producer/max_unacked_bytes"],
             fetch_inflight_bytes=c["producer/fetch_inflight_bytes"],
+            started=_clock(),
         )
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -564,7 +565,7 @@ class Producer(Generic[V]):
             self._resume = None
         if self._on_resume is not None:
             self._on_resume(head)
-        self._state.resume_after(head)
+        self._state.resume_after(head, _clock())
         self._loop.remove_reader(beacon.events)
         self._loop.add_reader(self._data.rebeacon(self.address).events, self._on_beacon)
         log.info("producer %s resumes topic %r after offset %d (%d store answer(s))", self.address, self.topic,
@@ -709,6 +710,11 @@ class Producer(Generic[V]):
                     self._pub.send_multipart(self._resume.on_store_reader(time.monotonic()))
                     for delay in _RESUME_ASKS:
                         self._loop.call_later(delay, self._ask_heads)
+        answers = self._state.heads_at_out
+        if answers:
+            for frames in answers:  # (before the HEAD: the consumer knows where to start when it comes)
+                self._pub.send(frames[0], zmq.NOBLOCK)
+            answers.clear()
         if wants_head:
             self._pub.send(self._state.head_frame())
         if threading.get_ident() != self._thread.ident and (self._state.settling.waiting or self._state.answering):

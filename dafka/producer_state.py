@@ -22,6 +22,7 @@ Unlike the reference:
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from itertools import islice
 from typing import TYPE_CHECKING, Generator, Iterator, Sequence
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Generator, Iterator, Sequence
 from . import batching, extensions, outbox, proto
 from . import bulk as bulk_answers
 from .inflight import MESSAGE_OVERHEAD, InflightLedger
+from .publish_times import PublishTimes
 
 if TYPE_CHECKING:
     from .outbox import Outbox
@@ -54,7 +56,9 @@ class ProducerState(Outbox):
         max_unacked: int = 1_000_000,
         max_unacked_bytes: int = 128 * 1024 * 1024,
         fetch_inflight_bytes: int = 32 * 1024 * 1024,
+        started: float = float("-inf"),
     ) -> None:
+        """``started``: when the partition began, on the clock of :meth:`publish`."""
         super().__init__(min_acks, max_unacked, max_unacked_bytes, batching.Audience(topic, address))
         self.address = address
         self.topic = topic
@@ -80,6 +84,8 @@ class ProducerState(Outbox):
         # FETCHes that wait until what their requester reads (bulk answers, keys) is known, by requester
         self.settling = bulk_answers.Settling()
         self._tails: list[list[bytes]] = []  # DIRECT-TAILs to send before the answers
+        self.heads_at_out: list[list[bytes]] = []  # HEADS-AT answers to send (rfc 8.1)
+        self.times = PublishTimes(started)
         self.refused = False  # the last round of answers met a requester's full queue
         self._turns: deque[str] = deque()
 
@@ -133,6 +139,8 @@ class ProducerState(Outbox):
                 self._drop_oldest()
         self.next_seq = seq + n
         self.published_bytes += size
+        if now >= self.note_due:
+            self.note_due = self.times.note(seq, now)
         if self.audience.batches:
             batch = self.batch
             if not batch:
@@ -148,13 +156,16 @@ class ProducerState(Outbox):
             self.last_publish = now
         return seq
 
-    def resume_after(self, head: int) -> None:
+    def resume_after(self, head: int, now: float = float("-inf")) -> None:
         """Continue a partition whose records up to ``head`` the stores hold
-        (-1: none): the next record published is ``head + 1`` (dafka.resume)."""
+        (-1: none): the next record published is ``head + 1`` (dafka.resume).
+        ``now``: when (the clock of :meth:`publish`); the earlier run published
+        nothing after it."""
         if self.next_seq:
             raise RuntimeError("a producer resumes its partition before its first record")
         self.next_seq = self.base = head + 1
         self.released = self.stored = head
+        self.times = PublishTimes(now, head)
 
     def record_frame(self, seq: int) -> bytes:
         """Frame 1 of the RECORD of published record ``seq``."""
@@ -270,7 +281,17 @@ class ProducerState(Outbox):
 
     def on_subscription(self, sub: proto.Subscription, now: float = 0.0) -> bool:
         """A (un)subscription seen on the data socket; True if it asks for a
-        HEAD now.  A requester whose pipe went away gets no more answers."""
+        HEAD now.  A requester whose pipe went away gets no more answers.  A
+        ``latest`` consumer's request for HEADS-AT is answered in
+        :attr:`heads_at_out`, to send before that HEAD."""
+        if sub.msg_id == proto.HEADS_AT:
+            request = proto.decode_heads_at_request(sub)
+            if request is not None:
+                if request[2] == self.topic:
+                    self.heads_at_out.append(self.heads_at(request[0], request[1], now))
+            elif sub.subscribe:
+                self.malformed += 1
+            return False
         self.settling.on_subscription(sub, now)
         if sub.msg_id == proto.DIRECT_RECORD and sub.topic:
             # (XPUB_VERBOSER: one per pipe; the requester listens while one of its pipes does)
@@ -285,6 +306,16 @@ class ProducerState(Outbox):
             return False
         self.audience.on_subscription(sub, now)
         return sub.subscribe and self.wants_head_for(sub)
+
+    def heads_at(self, requester: str, since_ms: int, now: float, wall: float | None = None) -> list[bytes]:
+        """The HEADS-AT that tells ``requester`` the last record published at
+        or before ``since_ms`` (unix ms); ``now`` is the clock of
+        :meth:`publish`, ``wall`` the unix time at that moment (default: now)."""
+        moment = since_ms / 1000 - ((time.time() if wall is None else wall) - now)
+        held = self.times.held_at(moment, self.next_seq)
+        seq = proto.NOT_KNOWN if held is None else proto.NOTHING_HELD if held < 0 else held
+        return proto.encode(proto.HeadsAtMsg(requester, since_ms, self.topic, self.address, False,
+                                             (proto.HeldAt(self.address, seq),)))
 
     # -- live batches ---------------------------------------------------------
 

@@ -85,6 +85,12 @@ NO_KEY = 2**32 - 1  # a key length that says the record has no key (None), unlik
 # ...and the answer that says that compaction removed records (rfc section 19), for requesters that subscribe
 # ``N<own address>`` NUL: nothing is kept from ``sequence`` up to ``end``, exclusive.
 DIRECT_GAP = b"N"
+# ...and what a peer held of a topic at a given time (rfc section 8.1), which a dafka-py ``latest`` consumer asks
+# for by subscribing ``A<own address>`` NUL 0x01 ``since`` ``subject``: each dafka-py producer and store reader
+# that sees that subscription answers once with the last sequence of each partition it held at ``since``.
+HEADS_AT = b"A"
+NOTHING_HELD = 2**64 - 1  # a HEADS-AT entry: the sender held no record of the partition at ``since``
+NOT_KNOWN = 2**64 - 2  # ...or it cannot tell (a database without receive stamps)
 
 # Tower / beacon frames.
 BEACON = b"B"
@@ -331,6 +337,32 @@ class DirectPartitionsMsg:
     endpoint: str = ""  # where the reader takes requests without a tower (its bound SUB); "" = nowhere
 
 
+@dataclass(frozen=True, slots=True)
+class HeldAt:
+    """One entry of HEADS-AT: the last sequence of partition ``address`` that
+    the sender held at the message's ``since`` (:data:`NOTHING_HELD`: none;
+    :data:`NOT_KNOWN`: it cannot tell)."""
+
+    address: str
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeadsAtMsg:
+    """HEADS-AT (extension, rfc section 8.1): what the sender (``address``, a
+    producer or a store reader) held of ``subject`` at ``since`` (unix ms).
+    topic = requester address.  ``complete``: the entries name every
+    partition of the subject the sender holds (a store), so a partition left
+    out had no record there; a producer's one entry is its own partition."""
+
+    topic: str
+    since: int
+    subject: str
+    address: str
+    complete: bool
+    entries: tuple[HeldAt, ...] = ()
+
+
 NO_OFFSET = 2**64 - 1  # a GROUP-MEMBER entry of a partition with no committed offset
 # The state of a partition in a GROUP-MEMBER entry: the member reads it, has just handed it over, or only
 # knows of it (so that every member assigns the same partitions, also those it never met itself).
@@ -413,6 +445,7 @@ Message = Union[
     KeyedRecordsMsg,
     DirectKeyedRecordsMsg,
     DirectGapMsg,
+    HeadsAtMsg,
 ]
 
 MESSAGE_IDS: dict[type, bytes] = {
@@ -435,6 +468,7 @@ MESSAGE_IDS: dict[type, bytes] = {
     KeyedRecordsMsg: KEYED_RECORDS,
     DirectKeyedRecordsMsg: DIRECT_KEYED_RECORDS,
     DirectGapMsg: DIRECT_GAP,
+    HeadsAtMsg: HEADS_AT,
 }
 
 
@@ -595,7 +629,39 @@ def encode(msg: Message) -> list[bytes]:
             parts.append(_string(info.subject, "subject") + _string(info.address, "address")
                          + _u64(info.tail, "tail") + _u64(info.head, "head"))
         return [b"".join(parts)]
+    if isinstance(msg, HeadsAtMsg):
+        parts = [
+            heads_at_prefix(msg.topic, msg.since, msg.subject),
+            _string(msg.address, "address"),
+            bytes((1 if msg.complete else 0,)),
+            _u32(len(msg.entries), "entries count"),
+        ]
+        parts.extend(_string(entry.address, "address") + _u64(entry.sequence) for entry in msg.entries)
+        return [b"".join(parts)]
     raise TypeError(f"not a Dafka message: {msg!r}")
+
+
+def heads_at_prefix(requester: str, since: int, subject: str) -> bytes:
+    """The start of a HEADS-AT's frame 1, and so the subscription that asks
+    for it: ``A`` requester NUL 0x01 since(u64) subject."""
+    return _header(HEADS_AT, requester) + _u64(since, "since") + _string(subject, "subject")
+
+
+def decode_heads_at_request(sub: Subscription) -> tuple[str, int, str] | None:
+    """(requester, since, subject) of a subscription that asks for HEADS-AT,
+    or None if ``sub`` is not one (an unsubscription, another message, or a
+    malformed request, which the caller counts)."""
+    if not (sub.subscribe and sub.msg_id == HEADS_AT and sub.exact and sub.topic):
+        return None
+    r = _Reader(sub.rest, 0)
+    try:
+        (version,) = r.take(1, "version")
+        since = r.u64("since")
+        subject = r.string("subject")
+        r.end()
+    except MalformedMessage:
+        return None
+    return (sub.topic, since, subject) if version == VERSION else None
 
 
 def record_prefix(msg_id: bytes, topic: str, address: str, subject: str) -> bytes:
@@ -803,6 +869,8 @@ def decode(frames: Sequence[bytes]) -> Message:
         return _decode_store_member(r, topic)
     if msg_id == PEER_INFO:
         return _decode_peer_info(r, topic, frames[1])
+    if msg_id == HEADS_AT:
+        return _decode_heads_at(r, topic)
     address = r.string("address")
     r.end()
     if msg_id == GET_HEADS:
@@ -893,6 +961,21 @@ def _decode_store_member(r: _Reader, topic: str) -> StoreMemberMsg:
     return StoreMemberMsg(address, store, rack, replicas, reader, filling, leaving)
 
 
+def _decode_heads_at(r: _Reader, topic: str) -> HeadsAtMsg:
+    since = r.u64("since")
+    subject = r.string("subject")
+    address = r.string("address")
+    (flags,) = r.take(1, "flags")
+    if flags > 1:
+        raise MalformedMessage(f"HEADS-AT flags {flags}, expected 0 or 1")
+    count = r.u32("entries count")
+    if count > (len(r.buf) - r.pos) // 9:  # each entry takes at least 1 + 8 bytes
+        raise MalformedMessage(f"frame truncated in entries: {count} entries announced")
+    entries = tuple(HeldAt(r.string("address"), r.u64()) for _ in range(count))
+    r.end()
+    return HeadsAtMsg(topic, since, subject, address, bool(flags), entries)
+
+
 def _decode_peer_info(r: _Reader, topic: str, body: object) -> PeerInfoMsg:
     address = r.string("address")
     role = r.string("role")
@@ -930,6 +1013,7 @@ _NAMES = {
     KEYED_RECORDS: "KEYED-RECORDS",
     DIRECT_KEYED_RECORDS: "DIRECT-KEYED-RECORDS",
     DIRECT_GAP: "DIRECT-GAP",
+    HEADS_AT: "HEADS-AT",
 }
 
 

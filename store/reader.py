@@ -65,6 +65,7 @@ STALL_TIMEOUT = 10.0  # seconds an answer may wait for room (pipe or budget) bef
 _STALL_POLL = 0.005  # seconds between attempts while every answer waits for room in a pipe
 _PAUSE_CHECK = 1.0  # seconds between looks at answers paused by the budget (only to drop old ones)
 PACE_RETRY = 1.0  # seconds between DIRECT-HEADs to a paused requester without bulk answers
+HELD_AT_STEPS = 10_000  # stamps a HEADS-AT reads back from a partition's newest at most (~1,000 s of writes)
 
 _SNDMORE_NOBLOCK = zmq.SNDMORE | zmq.NOBLOCK
 
@@ -186,6 +187,7 @@ class Reader(RoleThread):
         self.fillers_sent = 0  # ...and the empty records sent in their place to reference requesters
         self.heads_sent = 0
         self.hellos_sent = 0
+        self.heads_at_sent = 0  # HEADS-AT answers (rfc 8.1)
         self.dropped = 0  # answers abandoned or messages not sent for lack of room
         self.paused = 0  # times an answer paused on its requester's budget
         self.abandoned = 0  # answers stopped because their requester went away
@@ -288,6 +290,13 @@ class Reader(RoleThread):
                 log.debug("store reader %s dropped a malformed subscription frame: %s", self.address, exc)
                 continue
             if self._data.answer_info(sub):
+                continue
+            if sub.msg_id == proto.HEADS_AT:
+                request = proto.decode_heads_at_request(sub)
+                if request is not None:
+                    self._send_heads_at(*request)
+                elif sub.subscribe:
+                    self.malformed += 1
                 continue
             self._settling.on_subscription(sub, time.monotonic())
             if sub.msg_id == proto.DIRECT_RECORD and sub.topic:
@@ -397,6 +406,50 @@ class Reader(RoleThread):
             if self._send_now(frames):
                 self.heads_sent += len(found)
                 self.bulk_messages += 1
+
+    def _send_heads_at(self, requester: str, since_ms: int, subject: str) -> None:
+        """HEADS-AT (rfc 8.1): for each partition of ``subject`` held here, the last record received at or
+        before ``since_ms``, from the receive stamps (Appendix A): a lower bound of the last one produced by
+        then."""
+        raw = keys.to_bytes(subject)
+        if not raw or not keys.valid_name(raw):
+            return
+        with self._shared.lock:
+            if not self._db_ready():
+                return
+            entries = []
+            for key, value in self._db.iterator(prefix=keys.HEAD + raw + b"\0"):
+                try:
+                    parsed = keys.parse_key(key)
+                except ValueError:
+                    continue
+                if len(value) == keys.SEQ_BYTES and parsed.subject == subject:
+                    entries.append(proto.HeldAt(parsed.address, self._held_at(subject, parsed.address, since_ms)))
+        try:
+            frames = proto.encode(proto.HeadsAtMsg(requester, since_ms, subject, self.address, True, tuple(entries)))
+        except ValueError:
+            self.malformed += 1
+            return
+        if self._send_now(frames):
+            self.heads_at_sent += 1
+
+    def _held_at(self, subject: str, address: str, since_ms: int) -> int:
+        """The last record of a partition received at or before ``since_ms``: the newest stamp that is not
+        younger (a stamp's time is that of the last batch it covers).  :data:`dafka.proto.NOT_KNOWN` for a
+        partition without stamps (a reference store's database) or with more than :data:`HELD_AT_STEPS`
+        stamps after that moment."""
+        steps = 0
+        for key, value in self._db.iterator(prefix=keys.partition_prefix(keys.STAMP, subject, address), reverse=True):
+            try:
+                stamp = keys.decode_stamp(key, value)
+            except ValueError:
+                continue
+            if stamp.unix_ms <= since_ms:
+                return stamp.last
+            steps += 1
+            if steps >= HELD_AT_STEPS:
+                return proto.NOT_KNOWN
+        return proto.NOTHING_HELD if steps else proto.NOT_KNOWN
 
     # A LevelDB seek or step finds the next key that is not deleted, and a deleted key stays behind as a
     # tombstone until a compaction reaches it: a read that asks for a key below a partition's floor steps

@@ -240,6 +240,7 @@ class Store:
             "fillers_sent": r.fillers_sent,
             "heads_sent": r.heads_sent,
             "hellos_sent": r.hellos_sent,
+            "heads_at_sent": r.heads_at_sent,
             "answers_dropped": r.dropped,
             "answers_paused": r.paused,
             "answers_abandoned": r.abandoned,

@@ -147,7 +147,7 @@ def test_the_records_are_owned_as_the_pure_ones_are(twin):
 
 
 FIELDS = ("min_acks", "max_unacked", "max_unacked_bytes", "next_seq", "base", "buffered_bytes", "keys", "released",
-          "published_bytes", "batch", "batch_keys", "batch_bytes", "batch_first", "batch_due", "last_publish")
+          "published_bytes", "batch", "batch_keys", "batch_bytes", "batch_first", "batch_due", "last_publish", "note_due")
 
 
 class _Audience:
@@ -155,7 +155,8 @@ class _Audience:
 
 
 def _fields(outbox) -> dict:
-    return {name: getattr(outbox, name) for name in FIELDS} | {"buffer": list(outbox.buffer)}
+    return {name: getattr(outbox, name) for name in FIELDS} | {"buffer": list(outbox.buffer),
+                                                              "notes": list(outbox.times.notes)}
 
 
 @pytest.fixture(scope="module")

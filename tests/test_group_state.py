@@ -7,7 +7,7 @@ import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dafka import proto
+from dafka import latest, proto
 from dafka.consumer_state import ConsumerState
 from dafka.group import GroupState, Member, decode_commits, encode_commits
 
@@ -343,6 +343,7 @@ def test_with_latest_a_partition_of_unknown_head_opens_when_first_met():
     cs.start(TOPIC, "P2", None, -1)  # known only from another member's heartbeat
     assert (TOPIC, "P2") not in cs.partitions
     cs.on_frames(proto.encode(proto.RecordMsg(TOPIC, "P2", TOPIC, 9, b"y")))
+    cs.tick(cs.now + latest.WAIT)  # no peer said what it held at the subscription: the first record seen
     assert [(r.partition, r.offset) for r in cs.ready] == [("P2", 9)]
 
 

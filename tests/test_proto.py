@@ -276,7 +276,7 @@ def test_empty_frame1():
     _malformed([b"", CONTENT], "empty")
 
 
-@pytest.mark.parametrize("msg_id", [b"A", b"B", b"m", b"\x00", b"\xff", proto.WELCOME.lower()])
+@pytest.mark.parametrize("msg_id", [b"C", b"B", b"m", b"\x00", b"\xff", proto.WELCOME.lower()])
 def test_unknown_message_id(msg_id):
     frame1 = msg_id + _frames("HEAD")[0][1:]
     _malformed([frame1], "unknown")

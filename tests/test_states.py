@@ -7,13 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dafka import proto
+from dafka import latest, proto
 from dafka.consumer_state import FETCH_CHUNK, ConsumerState
 from dafka.inflight import fetch_window
 from dafka.producer_state import ProducerState
 
 P = "P" * 32
 ME = "C" * 32
+SINCE = 1_700_000_000_000  # a subscription's time, unix ms
 
 
 def ack(seq, topic="t"):
@@ -212,20 +213,26 @@ def test_earliest_gap_fetches_then_delivers_in_order():
     assert delivered(state) == []  # duplicate
 
 
-def test_latest_starts_at_first_record_seen():
+def test_latest_without_any_answer_starts_at_the_first_record_seen():
+    """No dafka-py peer says what it held at the subscription (reference peers only): once the wait for
+    their HEADS-AT is over, the reference's rule (rfc 8.1), and the record that came meanwhile is kept."""
     state = ConsumerState(ME, reset="latest")
     state.subscribe("t")
     state.on_record_frames(*record(7))
+    assert delivered(state) == []  # waiting for the answers
+    state.tick(latest.WAIT)
     assert delivered(state) == [(7, b"7")]
     assert fetches(state) == []
 
 
-def test_head_from_unknown_partition_with_latest_fetches_that_record():
+def test_latest_without_any_answer_starts_past_the_first_head():
     state = ConsumerState(ME, reset="latest")
     state.subscribe("t")
     state.on_frames(proto.encode(proto.HeadMsg("t", P, "t", 5)))
-    [fetch] = fetches(state)
-    assert (fetch.sequence, fetch.count) == (5, 1)
+    state.tick(latest.WAIT)
+    assert fetches(state) == [] and state.partitions[("t", P)].next == 6
+    state.on_record_frames(*record(6))
+    assert delivered(state) == [(6, b"6")]
 
 
 def test_unanswered_fetch_is_retried():
@@ -429,6 +436,13 @@ def get_heads(state):
     return [m.topic for m in out if type(m) is proto.GetHeadsMsg]
 
 
+def heads_at(sender, seq, of=P, complete=False, since=None):
+    """A HEADS-AT from ``sender``: it held ``of`` up to ``seq`` (-1: nothing) at the subscription."""
+    held = proto.NOTHING_HELD if seq < 0 else seq
+    return proto.encode(proto.HeadsAtMsg(ME, SINCE if since is None else since, "t", sender, complete,
+                                         (proto.HeldAt(of, held),)))
+
+
 def direct_head(seq, address=P):
     return proto.encode(proto.DirectHeadMsg(ME, address, "t", seq))
 
@@ -437,11 +451,12 @@ def test_a_peer_leaving_makes_the_consumer_ask_the_stores_for_heads():
     """A producer's last records and HEADs can all be lost; once it has gone
     nothing it sends will show the gap, but a store may hold the records."""
     state = ConsumerState(ME, reset="latest")
-    state.subscribe("t")
-    assert get_heads(state) == []  # latest: no partition of ours yet
+    state.subscribe("t", since_ms=SINCE)
+    assert get_heads(state) == ["t"]  # latest too: a partition born since may be known to the stores alone
     state.on_peers(set(), 1, 0.0)
-    assert get_heads(state) == []
+    assert get_heads(state) == ["t"]
     state.on_peers({P}, 0, 0.0)
+    state.on_frames(heads_at(P, 4, of=P))  # the producer's own answer: 0..4 came before the subscription
     state.on_record_frames(*record(5))  # meets the partition live
     assert delivered(state) == [(5, b"5")]
     state.on_peers(set(), 1, 0.0)
@@ -451,11 +466,13 @@ def test_a_peer_leaving_makes_the_consumer_ask_the_stores_for_heads():
     assert (fetch.sequence, fetch.count) == (6, 4)
 
 
-def test_a_latest_consumer_ignores_store_heads_of_partitions_it_never_met():
+def test_a_latest_consumer_starts_a_stored_partition_past_what_the_store_held_at_the_subscription():
     state = ConsumerState(ME, reset="latest")
-    state.subscribe("t")
+    state.subscribe("t", since_ms=SINCE)
+    state.on_frames(heads_at("R" * 32, 9, of="Q" * 32, complete=True))
     state.on_frames(direct_head(9, address="Q" * 32))
-    assert not state.partitions and fetches(state) == []
+    state.tick(latest.WAIT)
+    assert state.partitions[("t", "Q" * 32)].next == 10 and fetches(state) == []
 
 
 def test_a_latest_consumer_with_saved_positions_asks_the_stores_for_heads():
