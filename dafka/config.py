@@ -320,6 +320,10 @@ define("producer/send_timeout", "int", 60000, "how long send blocks while the bu
        minimum=0, unit=_MS)
 define("producer/close_timeout", "int", 30000, "how long close waits for outstanding ACKs",
        minimum=0, unit=_MS)
+define("producer/close_linger", "int", 2000,
+       "how long close waits, after the flush, for the peers it knows of to connect, so that each hears its "
+       "last HEAD (a reference store learns a partition only from a HEAD that reaches it); 0 = not at all",
+       minimum=0, unit=_MS)
 define("producer/fetch_inflight_bytes", "int", 33554432,
        "FETCH answers queued for one requester and not yet shown received by its next FETCH; "
        "0 = unlimited", minimum=0, unit="bytes")

@@ -204,6 +204,8 @@ class Producer(Generic[V]):
         # for as records go out and ACKs come in (at most every millisecond); while
         # all is idle, only the HEAD timer picks them up.
         self._monitor = self._pub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self._connections = 0  # connections to the data socket so far (a peer that came and left counts too)
+        self._connected_at = float("-inf")  # when the last one connected
         self._loop.add_reader(self._monitor, self._on_connection)
         self._wake, self._waker = wake_pipe(self._ctx, "producer")
         self._loop.add_reader(self._wake, self._drain_wake)
@@ -419,6 +421,7 @@ class Producer(Generic[V]):
                 self.flush(self.config["producer/close_timeout"] / 1000.0 if timeout is None else timeout)
             except (FlushTimeout, ConfigError) as exc:  # (ConfigError: min_acks above the stores' replicas)
                 error = exc
+        self._announce(self.config["producer/close_linger"] / 1000.0)
         with self._cond:
             self._closed = True
             unacked = self._state.unacked if self.min_acks else 0
@@ -444,6 +447,25 @@ class Producer(Generic[V]):
                 f"producer {self.address} closed with {error.unacked} record(s) not acked by "
                 f"{self.min_acks} store(s)", error.unacked,
             )
+
+    def _announce(self, linger: float) -> None:
+        """Before the last HEAD: wait, ``linger`` seconds at most, until every peer we know of (by beacon,
+        those that connect to producers) has connected to the data socket and its subscriptions were read,
+        so that each learns the partition while somebody can still answer for it (rfc 6.6).  A reference
+        store learns a partition only from a HEAD that reaches it, and one that connects late would
+        otherwise never hear of a short-lived producer's partition.  Connections are counted, not peers
+        (a bound PUB socket cannot tell who connected): a peer that left without ever connecting stays
+        known until its beacon expires, and close then waits the whole linger."""
+        if self._state.next_seq == 0 or linger <= 0:
+            return
+        deadline = time.monotonic() + linger
+        while self._connections < len(self._peers) and time.monotonic() < deadline and self._thread.is_alive():
+            time.sleep(0.01)
+        # its subscriptions are read at most _SUBSCRIPTION_LOOKS[-1] after the connection (then: a HEAD at once)
+        settled = self._connected_at + _SUBSCRIPTION_LOOKS[-1] + 0.01
+        remaining = min(settled, deadline) - time.monotonic()
+        if remaining > 0:
+            time.sleep(remaining)
 
     def _release_sockets(self) -> None:
         self._waker.close(0)
@@ -662,6 +684,8 @@ class Producer(Generic[V]):
                 monitor.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
+            self._connections += 1
+            self._connected_at = time.monotonic()
             if self._resume is not None:
                 self._resume.on_connection()
         for delay in _SUBSCRIPTION_LOOKS:

@@ -167,7 +167,7 @@ class StatusPeer:
                     self.on_subscriptions()
                 elif sock is self.data.beacon.events:
                     self.on_beacon()
-                else:
+                elif not sock.closed:  # (on_beacon, earlier in this batch, closes the socket of a peer gone)
                     self.on_peer(sock)
 
     # -- GET-HEADS ----------------------------------------------------------

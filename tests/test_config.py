@@ -58,6 +58,7 @@ EXPECTED_DEFAULTS = {
     "producer/send_bytes": 268435456,
     "producer/send_timeout": 60000,
     "producer/close_timeout": 30000,
+    "producer/close_linger": 2000,
     "producer/fetch_inflight_bytes": 32 * 1024 * 1024,
     "producer/resume_timeout": 10000,
     "consumer/receive_bytes": 268435456,
