@@ -284,6 +284,21 @@ def test_live_tail_receives_new_records_and_pauses(page, cluster):
     expect(page.locator("#tail tbody tr").first.locator("pre.value")).to_have_text("after resume", timeout=15_000)
 
 
+def test_live_tail_shows_a_one_shot_producers_records(page, cluster):
+    """A producer that sends, flushes and exits at once, before the console may have connected to it: its
+    records are fetched (issue 49: nothing appeared in 10 s before)."""
+    page.goto("/live?topic=oneshot")
+    expect(page.locator("#tail-status")).to_contain_text("following")
+    lines = "".join(f"one-shot {i}\n" for i in range(6)).encode()
+    done = subprocess.run([script("dafka"), "produce", "oneshot", *cluster.a.args, "-X", "producer/min_acks=2"],
+                          input=lines, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    expect(page.locator("#tail tbody tr")).to_have_count(6, timeout=15_000)
+    expect(page.locator("#tail tbody tr").first.locator("pre.value")).to_have_text("one-shot 5")
+    values = page.locator("#tail tbody tr pre.value").all_inner_texts()
+    assert values == [f"one-shot {i}" for i in reversed(range(6))]  # newest first, each once
+
+
 def test_group_members_assignment_and_lag_after_they_stop(page, cluster):
     a = cluster.a
     members = [cluster.processes.start([script("dafka"), "consume", "orders", "--group", "billing",

@@ -37,6 +37,7 @@ from dafka.net import drain, split_endpoints, wake_pipe
 from dafka.packing import split_contents
 from dafka.peer import DataSocket, connect, new_address, read_subscriptions
 
+from .live import Fetching, LiveStarts
 from .model import ClusterModel, tail_prefixes
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ TICK = 1.0  # seconds between two samples of the rates
 REFETCH = 0.5  # seconds without an answer before a FETCH is sent again
 TAIL_RATE = 200  # records a second a live tail passes on at most (the rest is counted as skipped)
 TAIL_GATHER = 0.02  # seconds the peer lets messages gather while a live tail is open
+TAIL_FETCH = 5.0  # seconds a live tail waits for the records it fetches (a partition met late, a gap)
 
 
 @dataclass
@@ -111,6 +113,7 @@ class ConsolePeer:
         self._calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._fetches: list[Fetch] = []
         self._tails: dict[str, list[Tail]] = {}
+        self._live = LiveStarts()  # where each followed partition starts (every record since the tail opened)
         self._subscribed: set[bytes] = set()
         self.last_view = float("-inf")
         self.active = False
@@ -225,7 +228,9 @@ class ConsolePeer:
                         self._ask_info()
                         next_info = now + INFO_EVERY
                     self._check_fetches(now)
-                    due = min(next_tick, next_heads, next_info, *(f.sent + REFETCH for f in self._fetches))
+                    live_due = self._live.due()
+                    due = min(next_tick, next_heads, next_info, *(f.sent + REFETCH for f in self._fetches),
+                              *(() if live_due is None else (live_due,)))
                     timeout = max(0, int((due - now) * 1000)) + 1
                 for sock, _ in poller.poll(timeout):
                     if sock is self.sub:
@@ -280,6 +285,7 @@ class ConsolePeer:
         wanted.add(proto.subscription(proto.STORE_MEMBER, exact=True))
         for topic in self._tails:
             wanted.update(tail_prefixes(topic))
+        wanted.update(self._live.subscriptions(a))
         return wanted
 
     def _activate(self) -> None:
@@ -352,6 +358,11 @@ class ConsolePeer:
                 if kind is proto.RecordMsg or kind is proto.RecordsMsg or kind is proto.KeyedRecordsMsg:
                     self._on_live(msg, now)
                     continue
+                if kind is proto.HeadsAtMsg:
+                    self._live.on_answer(msg)  # type: ignore[arg-type]
+                    continue
+                if self._tails:
+                    self._heard_heads(msg, now)
                 if kind in (proto.DirectRecordsMsg, proto.DirectKeyedRecordsMsg, proto.DirectRecordMsg,
                             proto.DirectTailMsg, proto.DirectGapMsg):
                     self._on_answer(msg)
@@ -359,9 +370,9 @@ class ConsolePeer:
                 if kind is proto.DirectPartitionsMsg:
                     self.heads_answered.add(msg.address)  # type: ignore[union-attr]
                 model.on_message(msg, now)
+        self._check_fetches(now)
         if self._tails:
             self._deliver(now)
-        self._check_fetches(now)
 
     # -- reads -------------------------------------------------------------------
 
@@ -428,10 +439,15 @@ class ConsolePeer:
                     self._send_fetch(fetch)
                 waiting.append(fetch)
         self._fetches = waiting
+        if self._tails:
+            self._live.tick(now)
+            self._take_live(now)
 
     # -- live tails --------------------------------------------------------------
 
     def _follow(self, tail: Tail) -> None:
+        if tail.topic not in self._tails:
+            self._live.follow(tail.topic, int(time.time() * 1000))
         self._tails.setdefault(tail.topic, []).append(tail)
         if not self.active:
             self._activate()
@@ -441,14 +457,49 @@ class ConsolePeer:
         tails = self._tails.get(tail.topic, [])
         if tail in tails:
             tails.remove(tail)
-        if not tails:
-            self._tails.pop(tail.topic, None)
+        if not tails and self._tails.pop(tail.topic, None) is not None:
+            self._live.unfollow(tail.topic)
         self.last_view = time.monotonic()
         self._set_subscriptions(self._wanted())
 
+    def _heard_heads(self, msg: proto.Message, now: float) -> None:
+        """A head of a followed topic's partition: one not met yet starts where rfc 20 says, one whose
+        records were not all seen live fetches the rest (:class:`~.live.LiveStarts`)."""
+        if isinstance(msg, proto.HeadMsg):
+            if msg.subject in self._tails:
+                self._live.head(msg.subject, msg.address, msg.sequence, now)
+        elif isinstance(msg, proto.DirectHeadMsg):
+            if msg.topic == self.address and msg.subject in self._tails:
+                self._live.head(msg.subject, msg.address, msg.sequence, now)
+        elif isinstance(msg, proto.DirectPartitionsMsg):
+            if msg.topic == self.address:
+                for info in msg.partitions:
+                    if info.subject in self._tails:
+                        self._live.head(info.subject, info.address, info.head, now)
+
+    def _take_live(self, now: float) -> None:
+        """Start the fetches :attr:`_live` asks for, and queue what it passed on."""
+        live = self._live
+        for fetching in live.fetches:
+            future: Future[dict[str, Any]] = Future()
+            future.add_done_callback(lambda done, f=fetching: live.fetched(f, {
+                o: (value, key) for o, value, _, key in done.result()["records"]}))
+            fetch = Fetch(fetching.topic, fetching.partition, fetching.start, fetching.end, now + TAIL_FETCH, future)
+            self._fetches.append(fetch)
+            self._send_fetch(fetch)
+        live.fetches.clear()
+        for passed in live.passed:
+            entries = passed.entries
+            for tail in self._tails.get(passed.topic, ()):
+                room = max(0, min(len(entries), tail.room(now)))
+                tail.skipped += passed.skipped + len(entries) - room
+                tail.pending.extend((passed.partition, o, value, key) for o, value, key in entries[len(entries) - room:])
+        live.passed.clear()
+
     def _on_live(self, msg: proto.Message, now: float) -> None:
         """A live record or batch of a followed topic: its newest records, as many as each tail has room for
-        this second, wait to be passed on (after the messages at hand, by :meth:`_deliver`)."""
+        this second, wait to be passed on (after the messages at hand, by :meth:`_deliver`).  Those that do
+        not follow on in a started partition go through :attr:`_live` (a partition met now, a gap)."""
         split: Callable[[], list[bytes]]
         keys: list[bytes | None] | None = None
         if isinstance(msg, proto.DirectRecordsMsg):  # RECORDS or KEYED-RECORDS
@@ -461,6 +512,14 @@ class ConsolePeer:
             topic, partition, first, count = msg.subject, msg.address, msg.sequence, 1
             content = msg.content
             split = lambda: [content]  # noqa: E731
+        if topic not in self._tails:
+            return
+        if not self._live.follows_on(topic, partition, first, count):
+            values = split()
+            self._live.live(topic, partition, first, [
+                (first + n, values[n], keys[n] if keys else None) for n in range(count)], now)
+            self._take_live(now)
+            return
         values: list[bytes] | None = None
         for tail in self._tails.get(topic, ()):
             room = min(count, tail.room(now))
