@@ -285,7 +285,8 @@ define("producer/high_watermark", "int", 1000000, "producer PUB send / SUB recei
 define("producer/terminate_unacked", "bool", 0, "close at once even with unacknowledged records")
 define("consumer/verbose", "bool", 0, "log consumer activity")
 define("consumer/offset/reset", "choice", "latest",
-       "where a consumer starts on a partition it has no offset for",
+       "where a consumer starts on a partition it has no offset for: latest, every record produced after it "
+       "subscribed (rfc section 20); earliest, the oldest record kept",
        choices=("latest", "earliest"))
 define("consumer/high_watermark", "int", 1000000, "consumer SUB receive / XPUB send high-water mark",
        minimum=0, unit="messages")

@@ -439,7 +439,7 @@ class Consumer(Generic[V]):
                 self._xpub.send_multipart(frames)
             out.clear()
         state = self._state
-        starting = state.latest.due()  # a partition that ``latest`` waits to start
+        starting = state.latest.due() if state.latest.waiting else None  # a partition ``latest`` waits to start
         if state.awaiting or state.quiet_watch or state.heads_due is not None or starting is not None:
             # the fetch-retry tick while partitions await records or a quiet moment, else the tail watch's next turn
             when = time.monotonic() + _TICK if state.awaiting or state.quiet_watch else \

@@ -78,6 +78,16 @@ class LatestStarts:
             waiting.head = head
         return None
 
+    def unsubscribe(self, topic: str) -> None:
+        """Forget a topic: a later :meth:`subscribe` starts afresh, from its own moment."""
+        self.since.pop(topic, None)
+        self.stores_answered.pop(topic, None)
+        for keys in (self.held, self.waiting):
+            for key in [k for k in keys if k[0] == topic]:
+                del keys[key]
+        self.exact = {k for k in self.exact if k[0] != topic}
+        self.guessed = {k for k in self.guessed if k[0] != topic}
+
     def forget(self, topic: str, partition: str) -> None:
         """Stop waiting for a partition (a group moved it away)."""
         self.waiting.pop((topic, partition), None)

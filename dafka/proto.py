@@ -1,7 +1,8 @@
 """The RFC 46 (Dafka) wire codec: the nine message types, XPUB subscription
-frames, the tower/beacon frames, and this project's extensions (DIRECT-TAIL,
-and the bulk answers DIRECT-RECORDS and DIRECT-PARTITIONS that only dafka-py
-peers ask for, rfc/dafka.md section 12).
+frames, the tower/beacon frames, and this project's extensions, which only
+dafka-py peers ask for (DIRECT-TAIL, bulk answers, live batches, groups,
+sharded stores, PEER-INFO, keyed records, DIRECT-GAP, HEADS-AT: rfc/dafka.md
+sections 7.5 and 12-20).
 
 Byte-exact with the reference C encoder (see ``rfc/dafka.md``).  Frame 1 of
 every message is::

@@ -609,3 +609,45 @@ def test_decode_tower_beacon_arbitrary_frames(frames):
         assert exc.reason
         return
     assert proto.encode_tower_beacon(beacon) == frames
+
+
+heads_ats = st.builds(proto.HeadsAtMsg, topics, sequences, strings, strings, st.booleans(),
+                      st.lists(st.builds(proto.HeldAt, strings, sequences), max_size=8).map(tuple))
+
+
+@ROUND_TRIP
+@given(heads_ats)
+@example(proto.HeadsAtMsg("", 0, "", "", False))
+@example(proto.HeadsAtMsg("C" * 32, MAX_SEQ, "t" * 255, "P" * 32, True,
+                          (proto.HeldAt("P" * 32, proto.NOTHING_HELD), proto.HeldAt("Q" * 32, proto.NOT_KNOWN))))
+def test_heads_at_round_trip(msg):
+    _round_trip(msg)
+
+
+@FUZZ
+@given(heads_ats, st.integers(0, 400), st.binary(min_size=1, max_size=4))
+def test_decode_damaged_heads_at(msg, at, garbage):
+    """A HEADS-AT cut short, grown or overwritten decodes to a message that re-encodes to the same bytes, or
+    raises MalformedMessage."""
+    frame = bytearray(proto.encode(msg)[0])
+    at = min(at, len(frame))
+    frame[at:at + len(garbage)] = garbage
+    _decodes_canonically_or_is_malformed([bytes(frame)])
+
+
+@given(st.binary(max_size=80))
+def test_a_heads_at_request_is_decoded_or_refused(rest):
+    """Any subscription of id A: a (requester, since, subject) that encodes back to it, or None."""
+    sub = proto.decode_subscription(b"\x01A" + rest)
+    request = proto.decode_heads_at_request(sub)
+    if request is not None:
+        requester, since, subject = request
+        assert proto.heads_at_prefix(requester, since, subject) == b"A" + rest
+
+
+def test_heads_at_flags_above_one_are_malformed():
+    frame = proto.encode(proto.HeadsAtMsg("c", 5, "t", "p", True))[0]
+    flags_at = len(proto.heads_at_prefix("c", 5, "t")) + 2  # after the sender's string ("p": 1 + 1 bytes)
+    assert frame[flags_at] == 1
+    with pytest.raises(MalformedMessage, match="flags 2"):
+        proto.decode([frame[:flags_at] + b"\x02" + frame[flags_at + 1:]])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import require_pyspark
+from helpers import require_pyspark, wait_for
 
 require_pyspark()
 
@@ -106,3 +106,26 @@ def test_available_now_with_max_records_per_trigger(spark, stopped_store, tmp_pa
     assert [p["numInputRows"] for p in batches] == [7000] * 4 + [2000]
     assert sink_rows(spark, out) == expected_rows(stopped_store)
     assert len(expected_rows(stopped_store)) == PARTITIONS * RECORDS
+
+
+def test_latest_gets_every_record_of_one_shot_producers_born_after_the_start(spark, cluster):
+    """startingOffsets=latest: nothing from before the query started, and every record of the partitions born
+    after it (issue 49: 9 of 9, a partition it had not seen at the start is read from offset 0)."""
+    (old,) = cluster.produce("events", [5])
+    query = (stream(spark, cluster, startingOffsets="latest").writeStream.format("memory").queryName("latest_rows")
+             .trigger(processingTime="500 milliseconds").start())
+
+    def rows():
+        return sorted((r.topic, r.partition, r.offset, bytes(r.value))
+                      for r in spark.sql("SELECT * FROM latest_rows").collect())
+    try:
+        query.processAllAvailable()
+        born = cluster.produce("events", [3, 3, 3], index_base=1)  # three one-shot producers, flushed and closed
+        wanted = sorted(row for row in expected_rows(cluster, "events") if row[1] in born)
+        wait_for(lambda: query.processAllAvailable() or len(rows()) >= 9, timeout=120, interval=0.5,
+                 what="the 9 records of the one-shot producers")
+        assert rows() == wanted
+        assert old not in {row[1] for row in rows()}
+    finally:
+        query.stop()
+    assert query.exception() is None
