@@ -4,7 +4,7 @@
 the same commands as ``dafka_towerd``, ``dafka_stored``,
 ``dafka_console_producer`` and ``dafka_console_consumer``; ``dafka status``,
 ``dafka demo``, ``dafka keygen``, ``dafka cdc`` and ``dafka mirror`` exist only here;
-``dafka ui`` is also ``dafka_ui``.
+``dafka ui`` is also ``dafka_ui``, ``dafka kafka`` also ``dafka_kafka``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import click
 from dafka import __version__
 
 from dafka.cdc.cli import cdc
+from dafka.kafka.cli import kafka
 from dafka.mirror.cli import mirror
 from dafka.towerd.main import main as tower
 from dafka.ui.cli import ui
@@ -61,4 +62,5 @@ main.add_command(demo)
 main.add_command(keygen)
 main.add_command(cdc)
 main.add_command(mirror)
+main.add_command(kafka)
 main.add_command(ui)

@@ -498,6 +498,11 @@ class AsyncProducer(Generic[V]):
         """True once a tower has answered."""
         return self._producer.connected
 
+    @property
+    def next_offset(self) -> int:
+        """The offset the next record sent gets (:attr:`dafka.Producer.next_offset`)."""
+        return self._producer.next_offset
+
     def stats(self) -> dict[str, int]:
         """The sync producer's counters (:meth:`dafka.Producer.stats`)."""
         return self._producer.stats()

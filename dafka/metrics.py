@@ -92,6 +92,11 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
                                 ("state",)),
     "dafka_mirror_conflicts": ("counter", "partitions a mirror found written by another writer (not copied)", ()),
     "dafka_mirror_gaps": ("counter", "partitions a mirror stopped: the source lost records it needed", ()),
+    "dafka_kafka_connections": ("counter", "Kafka client connections a gateway accepted", ()),
+    "dafka_kafka_requests": ("counter", "Kafka requests a gateway answered", ()),
+    "dafka_kafka_malformed": ("counter", "Kafka requests a gateway could not parse (their connection closed)", ()),
+    "dafka_kafka_records_in": ("counter", "records Kafka producers wrote through a gateway", ()),
+    "dafka_kafka_records_out": ("counter", "records a gateway returned to Kafka consumers", ()),
     "dafka_unlabelled_partitions": ("gauge", "partitions left out of a per-partition metric by the cap", ("metric",)),
 }
 
@@ -300,6 +305,15 @@ def _mirror(mirror: Any, families: _Families, cap: int) -> None:
         _consumer(mirror.consumer, families, cap)
 
 
+def _kafka_gateway(gateway: Any, families: _Families, cap: int) -> None:
+    c = gateway.counters
+    base = {"role": "kafka", "peer": f"{gateway.address}:{gateway.port}"}
+    for name in ("connections", "requests", "malformed", "records_in", "records_out"):
+        families.add(f"dafka_kafka_{name}", base, getattr(c, name))
+    for producer in list(gateway.producers.values()):
+        _producer(producer._producer, families, cap)
+
+
 _READERS = {"Producer": _producer, "Consumer": _consumer, "Store": _store, "Tower": _tower,
             "PostgresCapture": _cdc, "MysqlCapture": _cdc,
-            "Mirror": _mirror}
+            "Mirror": _mirror, "KafkaGateway": _kafka_gateway}

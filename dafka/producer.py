@@ -242,6 +242,11 @@ class Producer(Generic[V]):
         ``producer/min_acks`` stores (-1: none yet); a cheap read, unlike :meth:`stats`."""
         return self._state.released
 
+    @property
+    def next_offset(self) -> int:
+        """The offset the next record sent gets (after a resume: the partition's head + 1)."""
+        return self._state.next_seq
+
     def send(
         self,
         value: V,

@@ -1,0 +1,254 @@
+"""Kafka record batches (magic 2): decode what producers send, encode what consumers fetch.
+
+A batch is a 61-byte header (base offset, length, leader epoch, magic,
+CRC-32C of everything after the CRC, attributes, last offset delta, first and
+max timestamps, producer id, epoch, base sequence, record count) and its
+records, compressed as the attributes say: none, gzip, snappy (raw, or in
+xerial's framing as the Java client writes it), lz4 (frame) or zstd.  The
+compressions other than gzip need ``cramjam`` (the ``kafka`` extra); a batch
+in a codec that is missing gets UNSUPPORTED_COMPRESSION_TYPE, not a crash.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .wire import DecodeError, Reader, uvarint, varint
+
+cramjam: Any
+crc32c: Callable[[bytes | memoryview], int] | None
+try:
+    import cramjam
+except ImportError:  # pragma: no cover - the kafka extra installs it
+    cramjam = None
+try:
+    from crc32c import crc32c
+except ImportError:  # pragma: no cover - the kafka extra installs it
+    crc32c = None
+
+HEADER = struct.Struct(">qiibIhiqqqhii")  # base offset .. record count: 61 bytes
+AFTER_CRC = 21  # the CRC covers the batch from the attributes on
+NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
+CODECS = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
+TIMESTAMP_LOG_APPEND = 0x08
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+XERIAL = b"\x82SNAPPY\x00"
+
+
+class UnsupportedCompression(DecodeError):
+    """A codec this installation lacks (or one Kafka does not define)."""
+
+
+@dataclass
+class KafkaRecord:
+    offset_delta: int
+    timestamp: int  # unix ms
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+@dataclass
+class Batch:
+    base_offset: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records: list[KafkaRecord]
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & 0x07
+
+
+def _crc(data: bytes | memoryview) -> int:
+    if crc32c is not None:
+        return crc32c(data)
+    return _crc32c_pure(bytes(data))
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_TABLE = _crc32c_table()
+
+
+def _crc32c_pure(data: bytes) -> int:
+    c = 0xFFFFFFFF
+    table = _TABLE
+    for b in data:
+        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def _need_cramjam(codec: int) -> None:
+    if cramjam is None:
+        raise UnsupportedCompression(f"{CODECS[codec]} needs cramjam (pip install 'dafka[kafka]')")
+
+
+def decompress(codec: int, data: bytes | memoryview) -> bytes:
+    if codec == NONE:
+        return bytes(data)
+    if codec == GZIP:
+        try:
+            return gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise DecodeError(f"gzip: {exc}") from None
+    if codec not in CODECS:
+        raise UnsupportedCompression(f"compression type {codec} is not Kafka's")
+    _need_cramjam(codec)
+    try:
+        if codec == SNAPPY:
+            raw = bytes(data)
+            if raw.startswith(XERIAL):
+                return _unxerial(raw)
+            return bytes(cramjam.snappy.decompress_raw(raw))
+        if codec == LZ4:
+            return bytes(cramjam.lz4.decompress(data))
+        return bytes(cramjam.zstd.decompress(data))
+    except cramjam.DecompressionError as exc:
+        raise DecodeError(f"{CODECS[codec]}: {exc}") from None
+
+
+def _unxerial(raw: bytes) -> bytes:
+    """xerial's snappy framing: magic, version and compatible version, then (length, raw snappy block)s."""
+    pos, parts = 16, []
+    while pos < len(raw):
+        if pos + 4 > len(raw):
+            raise DecodeError("xerial snappy: a block length runs past the end")
+        (n,) = struct.unpack_from(">i", raw, pos)
+        if n < 0 or pos + 4 + n > len(raw):
+            raise DecodeError("xerial snappy: a block runs past the end")
+        parts.append(bytes(cramjam.snappy.decompress_raw(raw[pos + 4:pos + 4 + n])))
+        pos += 4 + n
+    return b"".join(parts)
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    if codec == NONE:
+        return data
+    if codec == GZIP:
+        return gzip.compress(data, compresslevel=1)
+    _need_cramjam(codec)
+    if codec == SNAPPY:
+        return bytes(cramjam.snappy.compress_raw(data))
+    if codec == LZ4:
+        return bytes(cramjam.lz4.compress(data))
+    if codec == ZSTD:
+        return bytes(cramjam.zstd.compress(data))
+    raise UnsupportedCompression(f"compression type {codec} is not Kafka's")
+
+
+def read_batches(data: bytes | memoryview) -> list[Batch]:
+    """Every batch of a Produce partition's ``records``; raises :class:`DecodeError` on a damaged one."""
+    view = memoryview(data)
+    out, pos = [], 0
+    while pos < len(view):
+        if len(view) - pos < HEADER.size:
+            raise DecodeError(f"a batch header of {len(view) - pos} bytes")
+        (base, length, _epoch, magic, crc, attributes, last_delta, first_ts, max_ts, pid, pepoch, base_seq,
+         count) = HEADER.unpack_from(view, pos)
+        if magic != 2:
+            raise DecodeError(f"record batch magic {magic}: only magic 2 is served")
+        end = pos + 12 + length
+        if length < HEADER.size - 12 or end > len(view):
+            raise DecodeError(f"a batch of {length} bytes in {len(view) - pos - 12}")
+        if _crc(view[pos + AFTER_CRC:end]) != crc:
+            raise DecodeError("a batch whose CRC-32C does not match")
+        if attributes & CONTROL:
+            pos = end
+            continue
+        body = decompress(attributes & 0x07, view[pos + HEADER.size:end])
+        out.append(Batch(base, attributes, last_delta, first_ts, max_ts, pid, pepoch, base_seq,
+                         _read_records(body, count, first_ts)))
+        pos = end
+    return out
+
+
+def _read_records(body: bytes, count: int, first_ts: int) -> list[KafkaRecord]:
+    r = Reader(body)
+    if count < 0 or count > len(body):
+        raise DecodeError(f"{count} records in {len(body)} bytes")
+    records = []
+    for _ in range(count):
+        size = r.varint()
+        start = r.pos
+        r.take(1)  # attributes (unused)
+        ts = first_ts + r.varint()
+        delta = r.varint()
+        n = r.varint()
+        key = bytes(r.take(n)) if n >= 0 else None
+        n = r.varint()
+        value = bytes(r.take(n)) if n >= 0 else None
+        headers = []
+        for _ in range(r.varint()):
+            n = r.varint()
+            try:
+                name = str(r.take(n), "utf-8")
+            except UnicodeDecodeError:
+                raise DecodeError("a header key that is not UTF-8") from None
+            n = r.varint()
+            headers.append((name, bytes(r.take(n)) if n >= 0 else None))
+        if r.pos - start != size:
+            raise DecodeError(f"a record of {r.pos - start} bytes that said {size}")
+        records.append(KafkaRecord(delta, ts, key, value, headers))
+    if r.remaining():
+        raise DecodeError(f"{r.remaining()} bytes after the batch's last record")
+    return records
+
+
+def _encode_record(delta: int, ts_delta: int, key: bytes | None, value: bytes | None,
+                   headers: Sequence[tuple[str, bytes | None]] = ()) -> bytes:
+    parts = [b"\x00", varint(ts_delta), varint(delta)]
+    for blob in (key, value):
+        if blob is None:
+            parts.append(varint(-1))
+        else:
+            parts.append(varint(len(blob)))
+            parts.append(blob)
+    parts.append(varint(len(headers)))
+    for name, hv in headers:
+        raw = name.encode()
+        parts += [varint(len(raw)), raw]
+        parts += [varint(-1)] if hv is None else [varint(len(hv)), hv]
+    body = b"".join(parts)
+    return varint(len(body)) + body
+
+
+def write_batch(base_offset: int, records: Sequence[tuple[int, int, bytes | None, bytes | None]], *,
+                codec: int = NONE, producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                headers: Sequence[Sequence[tuple[str, bytes | None]]] | None = None) -> bytes:
+    """One batch of ``(offset, unix ms, key, value)`` records, offsets rising from ``base_offset`` (a compacted
+    partition's may skip: offset deltas carry the gaps)."""
+    if not records:
+        raise ValueError("a batch holds one record at least")
+    first_ts = min(r[1] for r in records)
+    max_ts = max(r[1] for r in records)
+    body = b"".join(_encode_record(off - base_offset, ts - first_ts, key, value, headers[i] if headers else ())
+                    for i, (off, ts, key, value) in enumerate(records))
+    body = compress(codec, body)
+    last_delta = records[-1][0] - base_offset
+    after = struct.pack(">hiqqqhii", codec, last_delta, first_ts, max_ts, producer_id, producer_epoch,
+                        base_sequence, len(records)) + body
+    length = 4 + 1 + 4 + len(after)  # leader epoch, magic, crc, the rest
+    return struct.pack(">qiibI", base_offset, length, 0, 2, _crc(after)) + after
+
+
+__all__ = ["Batch", "CODECS", "KafkaRecord", "UnsupportedCompression", "compress", "decompress", "read_batches",
+           "write_batch", "uvarint"]

@@ -1,0 +1,105 @@
+"""``dafka kafka`` (``dafka_kafka``): serve the Kafka protocol in front of a dafka cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import click
+
+from dafka.cli.common import (
+    CONTEXT_SETTINGS,
+    common_options,
+    load_config,
+    run_or_exit,
+    say,
+    serve_metrics,
+    setup_logging,
+    stop_event_on_signals,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, int] | None:
+    if value is None:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise click.BadParameter(f"{value!r} is not HOST:PORT (e.g. kafka.example.com:9092)")
+    return host, int(port)
+
+
+@click.command("kafka", context_settings=CONTEXT_SETTINGS)
+@click.option("--port", type=click.IntRange(0, 65535), default=9092, show_default=True,
+              help="The port Kafka clients connect to (0: any free one, said on stderr).")
+@click.option("--address", default="127.0.0.1", show_default=True, metavar="ADDRESS",
+              help="The interface to listen on (0.0.0.0: every one; there is no TLS or SASL yet, so a warning).")
+@click.option("--advertise", callback=_host_port, metavar="HOST:PORT",
+              help="What Metadata tells clients to connect to (default: --address and --port).")
+@click.option("--num-partitions", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+              help="Partitions of a topic created by its first produce or Metadata (Kafka's num.partitions).")
+@click.option("--no-auto-create", is_flag=True,
+              help="Answer UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist, instead of creating it "
+                   "(Kafka's auto.create.topics.enable=false).")
+@click.option("--max-request-bytes", type=click.IntRange(min=1024), default=100 * 1024 * 1024, show_default=True,
+              metavar="BYTES", help="The largest request accepted (Kafka's socket.request.max.bytes); a larger "
+                                    "one closes its connection.")
+@common_options(pub_help="The tower's XPUB (beacon/pub_address).", sub_help="The tower's XSUB (beacon/sub_address).",
+                metrics=True)
+def kafka(port: int, address: str, advertise: tuple[str, int] | None, num_partitions: int, no_auto_create: bool,
+          max_request_bytes: int, config_path: str | None, pub: str | None, sub: str | None, sets: list,
+          verbose: bool, tower_timeout_ms: int, metrics_port: int | None, metrics_address: str) -> None:
+    """Serve the Kafka protocol: Kafka clients (librdkafka and kcat,
+    confluent-kafka, kafka-python, aiokafka...) produce to and fetch from the
+    dafka cluster through this gateway, which joins it as a peer.
+
+    A Kafka topic is a dafka topic. Kafka partition N of topic T is the dafka
+    partition named kafka:T:N (dafka.partition_address), which the gateway
+    produces as a resumed producer: offsets go on across restarts. Offsets
+    are dafka offsets, keys dafka keys. acks=all waits for producer/min_acks
+    stores. docs/kafka.md has the mapping and what each client can do.
+
+    \b
+    Examples:
+      dafka kafka --pub tcp://127.0.0.1:5557 --sub tcp://127.0.0.1:5556
+      kcat -b 127.0.0.1:9092 -L
+      echo hello | kcat -b 127.0.0.1:9092 -P -t greetings
+      kcat -b 127.0.0.1:9092 -C -t greetings -e
+    """
+    from .server import KafkaGateway
+
+    config = load_config(config_path, sets, {"beacon/pub_address": ("--pub", pub),
+                                             "beacon/sub_address": ("--sub", sub)},
+                         verbose_keys=("beacon/verbose",), verbose=verbose)
+    setup_logging(verbose)
+    if address not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("serving Kafka on %s without TLS or SASL: anyone who reaches it can read and write", address)
+    stop = stop_event_on_signals()
+    collector = serve_metrics(metrics_port, metrics_address)
+    gateway = KafkaGateway(config, address=address, port=port, advertise=advertise, num_partitions=num_partitions,
+                           auto_create=not no_auto_create, max_request_bytes=max_request_bytes)
+
+    async def main() -> None:
+        try:
+            await gateway.start()
+        except OSError as exc:
+            raise click.ClickException(f"cannot listen on {address}:{port}: {exc.strerror or exc}") from None
+        if collector is not None:
+            collector.add(gateway)
+        say(f"serving Kafka on {gateway.address}:{gateway.port}")
+        done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        stop.callbacks.append(lambda: loop.call_soon_threadsafe(done.set))  # type: ignore[attr-defined]
+        if stop.is_set():
+            done.set()
+        await done.wait()
+        await gateway.close()
+
+    run_or_exit(lambda: asyncio.run(main()), "kafka gateway")
+    say(f"stopped: {gateway.counters.requests} requests, {gateway.counters.records_in} records in, "
+        f"{gateway.counters.records_out} out")
+
+
+def main() -> None:
+    kafka(prog_name="dafka_kafka")

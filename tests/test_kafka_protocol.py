@@ -1,0 +1,233 @@
+"""The gateway's codec and mapping without sockets: messages, record batches, and requests onto dafka."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from dafka.kafka import batches, errors
+from dafka.kafka.mapping import Answer, Appends, Mapping, Reads, TopicView, address_of
+from dafka.kafka.messages import (
+    API_VERSIONS, APIS, FETCH, LIST_OFFSETS, METADATA, PRODUCE, read_request, response_frame,
+)
+from dafka.kafka.wire import DecodeError, Reader, uvarint
+
+
+def request_frame(api, version: int, body: dict, correlation: int = 1, client: str | None = "t",
+                  header_tags: bytes = b"") -> bytes:
+    """A request as a client writes it (header v1, or v2 with tagged fields from the API's flexible version)."""
+    out: list[bytes] = [struct.pack(">hhi", api.key, version, correlation)]
+    raw = None if client is None else client.encode()
+    out.append(struct.pack(">h", -1) if raw is None else struct.pack(">h", len(raw)) + raw)
+    if api.is_flexible(version):
+        out.append(header_tags or uvarint(0))
+    api.request.write_version(out, body, api.is_flexible(version), version)
+    return b"".join(out)
+
+
+def test_every_served_version_of_every_request_round_trips():
+    bodies = {
+        API_VERSIONS.key: {"client_software_name": "x", "client_software_version": "1"},
+        METADATA.key: {"topics": [{"name": "t"}], "allow_auto_topic_creation": True},
+        PRODUCE.key: {"transactional_id": None, "acks": -1, "timeout_ms": 500,
+                      "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"abc"}]}]},
+        FETCH.key: {"replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 1000, "isolation_level": 0,
+                    "session_id": 0, "session_epoch": -1, "rack_id": "",
+                    "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 5,
+                                                               "partition_max_bytes": 100}]}]},
+        LIST_OFFSETS.key: {"replica_id": -1, "topics": [{"name": "t", "partitions": [{"partition_index": 0,
+                                                                                      "timestamp": -2}]}]},
+    }
+    for api in APIS.values():
+        for version in range(api.lo, api.hi + 1):
+            request = read_request(request_frame(api, version, bodies[api.key], correlation=version))
+            assert (request.api, request.version, request.correlation_id, request.client_id) == \
+                (api, version, version, "t")
+            assert request.body is not None
+            if api is PRODUCE:
+                assert bytes(request.body["topic_data"][0]["partition_data"][0]["records"]) == b"abc"
+            if api is FETCH:
+                assert request.body["topics"][0]["partitions"][0]["fetch_offset"] == 5
+
+
+def test_unknown_tagged_fields_are_skipped_in_the_header_and_the_body():
+    # Metadata v9 (flexible): a header with tag 7 of 3 bytes, a body whose topic struct carries tag 5.
+    out = [struct.pack(">hhih", 3, 9, 42, 1), b"c", uvarint(1), uvarint(7), uvarint(3), b"xyz"]
+    out += [uvarint(2), uvarint(len("t") + 1), b"t", uvarint(1), uvarint(5), uvarint(2), b"ab"]  # topics: [t]
+    out += [b"\x01", b"\x00", b"\x00", uvarint(0)]  # auto create, authorized ops, no tags
+    request = read_request(b"".join(out))
+    assert request.body["topics"] == [{"topic_id": request.body["topics"][0]["topic_id"], "name": "t"}]
+    assert request.body["allow_auto_topic_creation"] is True
+
+
+def test_an_api_versions_response_is_always_v0_headed_and_a_flexible_one_has_a_tagged_header():
+    assert response_frame(API_VERSIONS, 3, 5, b"B") == struct.pack(">ii", 5, 5) + b"B"
+    assert response_frame(METADATA, 9, 5, b"B") == struct.pack(">ii", 6, 5) + b"\x00B"
+    assert response_frame(METADATA, 8, 5, b"B") == struct.pack(">ii", 5, 5) + b"B"
+
+
+def test_a_version_we_do_not_serve_leaves_the_body_unread():
+    request = read_request(struct.pack(">hhih", 1, 99, 3, -1) + b"garbage")
+    assert request.api is FETCH and request.body is None and request.client_id is None
+
+
+@pytest.mark.parametrize("codec", sorted(batches.CODECS))
+def test_a_batch_round_trips_in_every_codec_with_keys_headers_nulls_and_gaps(codec):
+    rows = [(10, 1_700_000_000_123, b"k", b"v" * 300), (11, 1_700_000_000_124, None, None), (14, 1_699_999_999_000, b"", b"x")]
+    data = batches.write_batch(10, rows, codec=codec, headers=[[("h", b"1"), ("n", None)], [], []])
+    (batch,) = batches.read_batches(data)
+    assert batch.compression == codec and batch.base_offset == 10 and batch.last_offset_delta == 4
+    assert [(batch.base_offset + r.offset_delta, r.timestamp, r.key, r.value) for r in batch.records] == rows
+    assert batch.records[0].headers == [("h", b"1"), ("n", None)]
+    assert batches.read_batches(data + data)[1].records[2].value == b"x"
+
+
+def test_a_damaged_batch_is_a_decode_error_never_another_exception():
+    data = bytearray(batches.write_batch(0, [(0, 1, b"k", b"value")]))
+    data[-1] ^= 0xFF
+    with pytest.raises(DecodeError, match="CRC"):
+        batches.read_batches(bytes(data))
+    with pytest.raises(DecodeError, match="magic"):
+        batches.read_batches(bytes(data[:16]) + b"\x01" + bytes(data[17:]))
+
+
+def test_the_pure_crc32c_agrees_with_the_compiled_one():
+    assert batches._crc32c_pure(b"123456789") == 0xE3069283
+    assert batches._crc(b"123456789") == 0xE3069283
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_fuzz_the_request_decoder_raises_decode_error_or_parses(frame):
+    try:
+        read_request(frame)
+    except DecodeError:
+        pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.integers(0, 60))
+def test_fuzz_a_produce_request_with_damaged_bytes(noise, cut):
+    body = {"transactional_id": None, "acks": 1, "timeout_ms": 1,
+            "topic_data": [{"name": "t", "partition_data": [
+                {"index": 0, "records": batches.write_batch(0, [(0, 1, b"k", b"v")])}]}]}
+    frame = request_frame(PRODUCE, 9, body)
+    damaged = frame[:cut] + noise + frame[cut + len(noise):]
+    try:
+        request = read_request(damaged)
+    except DecodeError:
+        return
+    outcome = Mapping("h", 1).handle(request, {"t": TopicView("t", [-1])})
+    assert isinstance(outcome, (Appends, Answer))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_fuzz_the_batch_decoder_raises_decode_error_or_parses(data):
+    try:
+        batches.read_batches(data)
+    except DecodeError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2**40), st.none() | st.binary(max_size=20),
+                          st.none() | st.binary(max_size=50)), min_size=1, max_size=20),
+       st.sampled_from(sorted(batches.CODECS)))
+def test_fuzz_batches_round_trip(rows, codec):
+    offset, records = 100, []
+    for gap, ts, key, value in rows:
+        records.append((offset, ts, key, value))
+        offset += 1 + gap
+    (batch,) = batches.read_batches(batches.write_batch(100, records, codec=codec))
+    assert [(100 + r.offset_delta, r.timestamp, r.key, r.value) for r in batch.records] == records
+
+
+# -- the mapping --------------------------------------------------------------------------------
+
+
+def _decode(api, version: int, body: bytes) -> dict:
+    return api.response.read_version(Reader(body), api.is_flexible(version), version)
+
+
+def test_metadata_lists_the_gateway_as_leader_of_every_partition_and_says_what_is_missing():
+    mapping = Mapping("gw.example", 9093, auto_create=False)
+    for version in range(METADATA.lo, METADATA.hi + 1):
+        request = read_request(request_frame(METADATA, version, {"topics": [{"name": "t"}, {"name": "nope"},
+                                                                           {"name": "bad/name"}]}))
+        answer = mapping.handle(request, {"t": TopicView("t", [4, -1])})
+        body = _decode(METADATA, version, answer.body)
+        assert body["brokers"][0]["host"] == "gw.example" and body["brokers"][0]["port"] == 9093
+        t, nope, bad = body["topics"]
+        assert [p["partition_index"] for p in t["partitions"]] == [0, 1]
+        assert all(p["leader_id"] == 1 and p["isr_nodes"] == [1] for p in t["partitions"])
+        assert nope["error_code"] == errors.UNKNOWN_TOPIC_OR_PARTITION
+        assert bad["error_code"] == errors.INVALID_TOPIC_EXCEPTION
+
+
+def test_a_metadata_that_may_create_a_topic_says_leader_not_available_until_it_exists():
+    mapping = Mapping("h", 1)
+    request = read_request(request_frame(METADATA, 9, {"topics": [{"name": "new"}], "allow_auto_topic_creation": True}))
+    assert mapping.to_create(request, {}) == ["new"]
+    body = _decode(METADATA, 9, mapping.handle(request, {}).body)
+    assert body["topics"][0]["error_code"] == errors.LEADER_NOT_AVAILABLE
+    forbid = read_request(request_frame(METADATA, 9, {"topics": [{"name": "new"}], "allow_auto_topic_creation": False}))
+    assert mapping.to_create(forbid, {}) == []
+
+
+def test_produce_becomes_appends_and_refuses_what_it_cannot_write():
+    good = batches.write_batch(0, [(0, 5, b"k", b"v"), (1, 6, None, b"w")], codec=batches.GZIP)
+    body = {"transactional_id": None, "acks": -1, "timeout_ms": 1000, "topic_data": [
+        {"name": "t", "partition_data": [{"index": 0, "records": good}, {"index": 5, "records": good},
+                                         {"index": 1, "records": good[:-1] + bytes([good[-1] ^ 1])}]}]}
+    request = read_request(request_frame(PRODUCE, 7, body))
+    outcome = Mapping("h", 1).handle(request, {"t": TopicView("t", [-1, -1])})
+    assert isinstance(outcome, Appends) and outcome.acks == -1
+    assert [(a.topic, a.index, [r.value for r in a.batch.records]) for a in outcome.appends] == [("t", 0, [b"v", b"w"])]
+    assert outcome.refused == {("t", 5): errors.UNKNOWN_TOPIC_OR_PARTITION, ("t", 1): errors.CORRUPT_MESSAGE}
+    response = _decode(PRODUCE, 7, Mapping("h", 1).produce_response(request, {("t", 0): (0, 7), ("t", 5): (3, -1)}))
+    assert [(p["index"], p["error_code"], p["base_offset"]) for p in response["responses"][0]["partition_responses"]] \
+        == [(0, 0, 7), (5, 3, -1)]
+    tiny = Mapping("h", 1, max_request_records_bytes=10).handle(request, {"t": TopicView("t", [-1, -1])})
+    assert tiny.refused[("t", 0)] == errors.MESSAGE_TOO_LARGE
+    txn = read_request(request_frame(PRODUCE, 7, {**body, "transactional_id": "tx"}))
+    assert isinstance(Mapping("h", 1).handle(txn, {}), Answer)
+
+
+def test_fetch_reads_from_the_offset_and_answers_batches_with_the_high_watermark():
+    body = {"replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 10_000, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "rack_id": "",
+            "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 2, "partition_max_bytes": 100},
+                                                     {"partition": 1, "fetch_offset": 9, "partition_max_bytes": 100}]}]}
+    mapping = Mapping("h", 1)
+    for version in range(FETCH.lo, FETCH.hi + 1):
+        request = read_request(request_frame(FETCH, version, body))
+        views = {"t": TopicView("t", [4, 3])}
+        reads = mapping.handle(request, views)
+        assert isinstance(reads, Reads) and (reads.max_wait_ms, reads.min_bytes) == (500, 1)
+        assert [(r.index, r.offset) for r in reads.reads] == [(0, 2)]
+        assert reads.refused == {("t", 1): errors.OFFSET_OUT_OF_RANGE}
+        answer = _decode(FETCH, version, mapping.fetch_response(reads, views, {("t", 0): [(2, 7, None, b"c"),
+                                                                                          (3, 8, b"k", b"d")]}))
+        p0, p1 = answer["responses"][0]["partitions"]
+        assert (p0["error_code"], p0["high_watermark"]) == (0, 5)
+        assert [r.value for r in batches.read_batches(p0["records"])[0].records] == [b"c", b"d"]
+        assert p1["error_code"] == errors.OFFSET_OUT_OF_RANGE
+
+
+def test_list_offsets_earliest_latest_and_max_timestamp():
+    body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "timestamp": -2}, {"partition_index": 0, "timestamp": -1},
+        {"partition_index": 1, "timestamp": -1}, {"partition_index": 7, "timestamp": -1}]}]}
+    for version in range(LIST_OFFSETS.lo, LIST_OFFSETS.hi + 1):
+        request = read_request(request_frame(LIST_OFFSETS, version, body))
+        answer = _decode(LIST_OFFSETS, version, Mapping("h", 1).handle(request, {"t": TopicView("t", [9, -1])}).body)
+        parts = answer["topics"][0]["partitions"]
+        assert [(p["error_code"], p["offset"]) for p in parts] == [(0, 0), (0, 10), (0, 0), (3, -1)]
+
+
+def test_partition_addresses_are_stable_dafka_producer_addresses():
+    assert address_of("t", 0) == address_of("t", 0) != address_of("t", 1) != address_of("u", 1)
+    assert len(address_of("t", 0)) == 32
