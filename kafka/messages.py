@@ -19,6 +19,7 @@ from .wire import (
 
 F = Field
 _H16, _H32 = INT16.codec, INT32.codec
+_HEADER_TAGS = Struct()  # a request header v2 ends with tagged fields, none of which we read
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def read_request(frame: bytes | memoryview) -> Request:
         return Request(api, api_key, version, correlation_id, client_id, None)
     flexible = api.is_flexible(version)
     if flexible:
-        Struct().read_version(r, True, version)  # the header's tagged fields
+        _HEADER_TAGS.read_version(r, True, version)  # the header's tagged fields
     body = api.request.read_version(r, flexible, version)
     return Request(api, api_key, version, correlation_id, client_id, body)
 

@@ -147,9 +147,10 @@ class KafkaGateway:
         for name in (names or []):
             if name not in self.views:
                 await self._resolve(name, name in create)
-        for view in self.views.values():
+        views = self.views if names is None else {n: self.views[n] for n in names if n in self.views}
+        for view in views.values():  # only the topics this request names: their heads now
             view.heads = [self.producers[(view.name, i)].next_offset - 1 for i in range(view.count)]
-        return self.views if names is None else {n: self.views[n] for n in names if n in self.views}
+        return views
 
     async def _resolve(self, name: str, create: bool) -> None:
         pending = self._resolving.get(name)
