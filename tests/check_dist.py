@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 
 WHEEL_PACKAGES = {"dafka", "dafka/store", "dafka/towerd", "dafka/cli", "dafka/spark", "dafka/spark/examples",
-                  "dafka/cdc", "dafka/mirror", "dafka/ui"}
+                  "dafka/cdc", "dafka/mirror", "dafka/ui", "dafka/kafka"}
 # the console's pages ship in the wheel (nothing is fetched at run time)
 WHEEL_FILES = ["dafka/ui/templates/base.html", "dafka/ui/templates/overview.html", "dafka/ui/static/console.js",
                "dafka/ui/static/console.css"]

@@ -26,6 +26,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, TypeVar
 
 import zmq
@@ -482,8 +483,7 @@ class ConsolePeer:
         live = self._live
         for fetching in live.fetches:
             future: Future[dict[str, Any]] = Future()
-            future.add_done_callback(lambda done, f=fetching: live.fetched(f, {
-                o: (value, key) for o, value, _, key in done.result()["records"]}))
+            future.add_done_callback(partial(self._tail_fetched, fetching))
             fetch = Fetch(fetching.topic, fetching.partition, fetching.start, fetching.end, now + TAIL_FETCH, future)
             self._fetches.append(fetch)
             self._send_fetch(fetch)
@@ -495,6 +495,9 @@ class ConsolePeer:
                 tail.skipped += passed.skipped + len(entries) - room
                 tail.pending.extend((passed.partition, o, value, key) for o, value, key in entries[len(entries) - room:])
         live.passed.clear()
+
+    def _tail_fetched(self, fetching: Fetching, done: Future[dict[str, Any]]) -> None:
+        self._live.fetched(fetching, {o: (value, key) for o, value, _, key in done.result()["records"]})
 
     def _on_live(self, msg: proto.Message, now: float) -> None:
         """A live record or batch of a followed topic: its newest records, as many as each tail has room for
@@ -515,9 +518,9 @@ class ConsolePeer:
         if topic not in self._tails:
             return
         if not self._live.follows_on(topic, partition, first, count):
-            values = split()
+            split_values = split()
             self._live.live(topic, partition, first, [
-                (first + n, values[n], keys[n] if keys else None) for n in range(count)], now)
+                (first + n, split_values[n], keys[n] if keys else None) for n in range(count)], now)
             self._take_live(now)
             return
         values: list[bytes] | None = None
