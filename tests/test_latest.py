@@ -10,6 +10,7 @@ import time
 
 from helpers import loopback_config, wait_for
 from dafka import Consumer, Producer, proto
+from dafka.publish_times import STEP
 from dafka.store import Store
 from rawpeer import RawPeer
 from test_cli import Cluster, Tool, assert_no_traceback, partition_of
@@ -41,6 +42,13 @@ def printed(*consumers: Tool) -> list[tuple[str, str]]:
             got.append((match.group(1).decode(), match.group(2).decode()))
     return got
 
+
+
+def before_the_subscription() -> None:
+    """Let the records just sent age past :data:`dafka.publish_times.STEP`: a producer's HEADS-AT is exact only
+    for records published longer than that before the subscription (the ones within it are delivered: a lower
+    bound, never a loss), and the subscription's time is in whole milliseconds."""
+    time.sleep(10 * STEP)
 
 def test_one_shot_producers_reach_a_latest_console_consumer_every_record_once(processes, tmp_path):
     """The issue's first scenario: 3 one-shot producers of 3 lines, a second apart, after a latest console
@@ -95,6 +103,7 @@ def test_partitions_born_before_during_and_after_the_subscription_without_a_stor
         for i in range(3):
             old.send(b"old-%d" % i)
         old.flush()
+        before_the_subscription()
         with Consumer(TOPIC, config=config) as consumer:
             with Producer(TOPIC, config) as new:  # born after the subscription
                 for i in range(3):
@@ -127,6 +136,7 @@ def test_a_store_that_starts_after_the_subscription_does_not_move_the_start(towe
         for i in range(2):
             producer.send(b"v%d" % i)
         producer.flush()
+        before_the_subscription()
         with Consumer(TOPIC, config=config) as consumer:
             store = Store(loopback_config(tower), db=str(tmp_path / "late")).start()
             try:
