@@ -347,6 +347,9 @@ define("consumer/heads_interval", "int", 1000,
        minimum=1, unit=_MS)
 define("consumer/max_buffered", "int", 100000, "out-of-order records kept per partition",
        minimum=0, unit="records")
+define("consumer/max_buffered_bytes", "int", 67108864,
+       "out-of-order records kept per partition, in bytes (as many records of its first one's size): "
+       "what a live producer sends ahead of a gap being fetched", minimum=0, unit="bytes")
 define("consumer/batches", "bool", 1,
        "read a dafka-py producer's live records in batches (RECORDS); 0 = one RECORD per record")
 define("consumer/bulk", "bool", 1,

@@ -128,6 +128,7 @@ class Consumer(Generic[V]):
             reset=c["consumer/offset/reset"],
             fetch_retry=c["consumer/fetch_retry"] / 1000.0,
             max_buffered=c["consumer/max_buffered"],
+            max_buffered_bytes=c["consumer/max_buffered_bytes"],
             fetch_max_bytes=c["consumer/fetch_max_bytes"],
             positions=self._journal.positions if self._journal else None,
             bulk=c["consumer/bulk"],

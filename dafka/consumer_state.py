@@ -81,6 +81,7 @@ class ConsumerState(RecordIntake):
         reset: str = "latest",
         fetch_retry: float = 1.0,
         max_buffered: int = 100_000,
+        max_buffered_bytes: int = 64 * 1024 * 1024,
         fetch_max_bytes: int = 8 * 1024 * 1024,
         positions: dict[tuple[str, str], int] | None = None,
         bulk: bool = True,
@@ -95,6 +96,7 @@ class ConsumerState(RecordIntake):
         self.earliest = reset == "earliest"
         self.fetch_retry = fetch_retry
         self.max_buffered = max_buffered
+        self.max_buffered_bytes = max_buffered_bytes
         self.fetch_max_bytes = fetch_max_bytes
         self.bulk = bulk  # announce that we read DIRECT-RECORDS and DIRECT-PARTITIONS
         self.batches = batches  # subscribe to live RECORDS beside RECORDs
@@ -322,7 +324,7 @@ class ConsumerState(RecordIntake):
 
     def _keep_early(self, topic: str, address: str, seq: int, content: bytes, key: bytes | None = None) -> None:
         early = self._early.setdefault((topic, address), {})
-        if len(early) < self.max_buffered:
+        if len(early) < self._buffer_cap(len(content)):
             early[seq] = content if key is None else (content, key)
 
     def _start_latest(self, topic: str, address: str, start: int, head: int) -> Partition | None:
@@ -536,9 +538,18 @@ class ConsumerState(RecordIntake):
         elif seq > p.next:
             if seq > p.head:
                 p.head = seq
-            if seq - p.next < self.max_buffered and len(p.pending) < self.max_buffered:
+            cap = self._buffer_cap(p.record_size)
+            if seq - p.next < cap and len(p.pending) < cap:
                 p.pending[seq] = content if key is None else (content, key)
             self._request(p)
+
+    def _buffer_cap(self, record_size: int) -> int:
+        """Records of a partition kept out of order: ``consumer/max_buffered``, and as many records of its
+        size (its first record's) as ``consumer/max_buffered_bytes`` holds.  A live producer that runs ahead
+        of a gap being fetched (a consumer that woke late) would otherwise hold 100 MB of 1000-byte records."""
+        if record_size <= 0:
+            return self.max_buffered
+        return min(self.max_buffered, self.max_buffered_bytes // record_size)
 
     def _after_delivery(self, p: Partition, seq: int) -> None:
         if seq > p.head:

@@ -66,6 +66,7 @@ EXPECTED_DEFAULTS = {
     "consumer/fetch_retry": 1000,
     "consumer/heads_interval": 1000,
     "consumer/max_buffered": 100000,
+    "consumer/max_buffered_bytes": 67108864,
     "consumer/batches": True,
     "consumer/bulk": True,
     "consumer/group/auto_commit": True,

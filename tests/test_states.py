@@ -390,6 +390,22 @@ def test_any_arrival_order_delivers_each_record_once_in_order(order, dups):
     assert [o for o, _ in delivered(state)] == list(range(40))
 
 
+def test_records_ahead_of_a_gap_are_kept_within_the_byte_bound_and_the_rest_come_from_a_fetch():
+    """A live producer running ahead of a gap: 1000-byte records beyond consumer/max_buffered_bytes are
+    dropped (and fetched again), not kept up to consumer/max_buffered."""
+    state = ConsumerState(ME, reset="earliest", max_buffered=100_000, max_buffered_bytes=10_000)
+    state.subscribe("t")
+    value = b"x" * 1000
+    for seq in range(1, 50):  # 0 is missing
+        state.on_record_frames(*record(seq, value, direct=True))
+    [p] = state.partitions.values()
+    assert sorted(p.pending) == list(range(1, 10))  # within 10 of the next record expected
+    assert fetches(state)[0].sequence == 0
+    for seq in range(50):
+        state.on_record_frames(*record(seq, value, direct=True))  # the fetch's answers, and the rest again
+    assert [o for o, _ in delivered(state)] == list(range(50))
+
+
 def test_fetch_is_sent_again_when_the_producer_connects():
     state = ConsumerState(ME, reset="earliest", fetch_retry=1000.0)
     state.subscribe("t")

@@ -25,8 +25,8 @@ The run checks, and says which failed:
 
 A shorter run (``--minutes 5``: the pytest marker ``soak`` runs that, at
 5,000 records/s) warms up for half of it, compares the p99 of its third and
-fourth quarters (at most 2x + 100 ms: a shared machine's load moves it), and reports RSS growth without judging it: in 5 minutes the
-stores still fill their retention window and Spark's JVM its heap.  On
+fourth quarters (at most 2x + 100 ms: a shared machine's load moves it), and
+reports RSS growth without judging it: in 5 minutes the stores still fill their retention window and Spark's JVM its heap.  On
 demand::
 
     python tests/faults/soak.py --minutes 60 --out soak-out
