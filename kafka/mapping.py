@@ -24,13 +24,20 @@ How Kafka's names map to dafka's (docs/kafka.md):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from fnmatch import fnmatchcase
+from typing import Any, Hashable
 
 from dafka.peer import partition_address
 
 from . import batches, errors
 from .batches import Batch
-from .messages import API_VERSIONS, FETCH, LIST_OFFSETS, METADATA, PRODUCE, Request, api_versions_body, encode_body
+from .groups import Coordinator
+from .idempotence import Sequences
+from .messages import (
+    API_VERSIONS, CREATE_TOPICS, DELETE_GROUPS, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH, FIND_COORDINATOR, HEARTBEAT,
+    INIT_PRODUCER_ID, JOIN_GROUP, LEAVE_GROUP, LIST_GROUPS, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH,
+    PRODUCE, SYNC_GROUP, Request, api_versions_body, encode_body,
+)
 from .wire import DecodeError
 
 NODE_ID = 1
@@ -44,6 +51,14 @@ def partition_name(topic: str, index: int) -> str:
 
 def address_of(topic: str, index: int) -> str:
     return partition_address(partition_name(topic, index))
+
+
+def index_of(topic: str, address: str) -> int | None:
+    """The Kafka partition number of a dafka partition of ``topic`` (None: not one the gateways number)."""
+    for index in range(MAX_CREATE_PARTITIONS):
+        if address_of(topic, index) == address:
+            return index
+    return None
 
 
 @dataclass
@@ -109,20 +124,66 @@ class Answer:
     body: bytes | None
 
 
+@dataclass
+class Replies:
+    """Answers of group requests, each to the request its token stands for: a JoinGroup or SyncGroup
+    waits for the rest of its generation, so the request that was handled may get none yet, and others
+    theirs."""
+
+    replies: list[tuple[Hashable, bytes]]
+
+
+@dataclass
+class Commit:
+    """Offsets to keep for a group (written to the cluster before the answer goes), or a group to forget."""
+
+    request: Request
+    group: str
+    offsets: dict[tuple[str, int], tuple[int, str | None]]  # (topic, index) -> (next offset, metadata)
+    codes: dict[tuple[str, int], int]  # every partition of the request: its error code
+    forget: list[str] = field(default_factory=list)  # DeleteGroups: the groups whose commits go
+    group_codes: dict[str, int] = field(default_factory=dict)  # DeleteGroups: each group's error code
+
+
+@dataclass
+class Create:
+    """Topics to create (name -> partitions), then :meth:`Mapping.create_response`."""
+
+    request: Request
+    topics: dict[str, int]
+    codes: dict[str, tuple[int, str | None]]  # topics refused, with why
+    validate_only: bool
+
+
+MAX_CREATE_PARTITIONS = 1024  # partitions a CreateTopics may ask for a topic (each is a producer of the gateway)
+
+
 class Mapping:
     def __init__(self, host: str, port: int, *, cluster_id: str = "dafka", auto_create: bool = True,
-                 num_partitions: int = 1, max_request_records_bytes: int = 1024 * 1024) -> None:
+                 num_partitions: int = 1, max_request_records_bytes: int = 1024 * 1024,
+                 topic_configs: dict[str, str] | None = None, initial_rebalance_delay: float = 0.0) -> None:
         self.host, self.port, self.cluster_id = host, port, cluster_id
         self.auto_create, self.num_partitions = auto_create, num_partitions
         self.max_record_bytes = max_request_records_bytes
+        self.topic_configs = topic_configs or {}
+        self.coordinator = Coordinator(initial_rebalance_delay)
+        self.sequences = Sequences()
+        # group -> (topic, index) -> (next offset, metadata): what OffsetFetch answers (the server loads a
+        # group's from the cluster before its first request, :meth:`needs_offsets`)
+        self.offsets: dict[str, dict[tuple[str, int], tuple[int, str | None]]] = {}
+        self._waiting: dict[Hashable, Request] = {}  # the group requests whose answers are still to come
 
     # -- requests ---------------------------------------------------------------------------
 
-    def handle(self, request: Request, topics: dict[str, TopicView]) -> Answer | Appends | Reads:
-        """``topics``: the server's view of every topic the request names (missing: unknown so far)."""
+    def handle(self, request: Request, topics: dict[str, TopicView], now: float = 0.0,
+               token: Hashable = None) -> Answer | Appends | Reads | Replies | Commit | Create:
+        """``topics``: the server's view of every topic the request names (missing: unknown so far);
+        ``now``: monotonic seconds (group timeouts); ``token``: what stands for this request in
+        :class:`Replies` (a group request's)."""
         api = request.api
         if request.body is None or api is None:
             return Answer(request, None if api is None else self.unsupported(request))
+        body = request.body
         if api is API_VERSIONS:
             return Answer(request, encode_body(api, request.version, api_versions_body()))
         if api is METADATA:
@@ -131,8 +192,249 @@ class Mapping:
             return Answer(request, self.list_offsets(request, topics))
         if api is PRODUCE:
             return self.produce(request, topics)
-        assert api is FETCH
-        return self.fetch(request, topics)
+        if api is FETCH:
+            return self.fetch(request, topics)
+        if api is FIND_COORDINATOR:
+            return Answer(request, encode_body(api, request.version, {
+                "throttle_time_ms": 0, "error_code": 0, "error_message": None, "node_id": NODE_ID,
+                "host": self.host, "port": self.port}))
+        if api is INIT_PRODUCER_ID:
+            return Answer(request, self.init_producer_id(request))
+        if api in (JOIN_GROUP, SYNC_GROUP, LEAVE_GROUP, HEARTBEAT):
+            return self.group_request(request, now, token)
+        if api is OFFSET_COMMIT:
+            return self.offset_commit(request, topics, now)
+        if api is OFFSET_FETCH:
+            return Answer(request, self.offset_fetch(request))
+        if api is LIST_GROUPS:
+            listed = [{"group_id": g.name, "protocol_type": g.protocol_type or "consumer"}
+                      for g in self.coordinator.groups.values()]
+            listed += [{"group_id": name, "protocol_type": "consumer"} for name in sorted(self.offsets)
+                       if name not in self.coordinator.groups]
+            return Answer(request, encode_body(api, request.version, {"throttle_time_ms": 0, "error_code": 0,
+                                                                      "groups": listed}))
+        if api is DESCRIBE_GROUPS:
+            return Answer(request, self.describe_groups(request))
+        if api is DELETE_GROUPS:
+            codes = {name: self.coordinator.delete(name) for name in body["groups_names"]}
+            return Commit(request, "", {}, {}, forget=[name for name, code in codes.items() if code == 0],
+                          group_codes=codes)
+        if api is CREATE_TOPICS:
+            return self.create_topics(request, topics)
+        assert api is DESCRIBE_CONFIGS
+        return Answer(request, self.describe_configs(request, topics))
+
+    # -- producer ids ---------------------------------------------------------------------
+
+    def init_producer_id(self, request: Request) -> bytes:
+        body = request.body
+        assert body is not None
+        fields = {"throttle_time_ms": 0, "error_code": 0, "producer_id": -1, "producer_epoch": -1}
+        if body["transactional_id"] is not None:  # transactions: not served (docs/kafka.md)
+            fields["error_code"] = errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        elif body.get("producer_id", -1) >= 0 and request.version >= 3:  # a producer bumping its epoch (KIP-360)
+            fields["producer_id"] = body["producer_id"]
+            fields["producer_epoch"] = (body["producer_epoch"] + 1) % 32768
+        else:
+            fields["producer_id"], fields["producer_epoch"] = self.sequences.new_id(), 0
+        return encode_body(INIT_PRODUCER_ID, request.version, fields)
+
+    # -- groups -----------------------------------------------------------------------------
+
+    def group_request(self, request: Request, now: float, token: Hashable) -> Replies:
+        body, api = request.body, request.api
+        assert body is not None and api is not None
+        c = self.coordinator
+        instance = body.get("group_instance_id")
+        if api is HEARTBEAT:
+            code = c.heartbeat(body["group_id"], body["generation_id"], body["member_id"], instance, now)
+            return Replies([(token, encode_body(api, request.version, {"throttle_time_ms": 0, "error_code": code}))])
+        if api is LEAVE_GROUP:
+            leaving: list[tuple[str, str | None]] = [(m["member_id"], m["group_instance_id"]) for m in body["members"]] \
+                if request.version >= 3 else [(body["member_id"], None)]
+            codes, waited = c.leave(body["group_id"], leaving, now)
+            members = [{"member_id": m, "group_instance_id": i, "error_code": code}
+                       for (m, i), code in zip(leaving, codes)]
+            top = codes[0] if request.version < 3 else 0
+            own = encode_body(api, request.version, {"throttle_time_ms": 0, "error_code": top, "members": members})
+            return Replies(self._encoded(waited) + [(token, own)])
+        self._waiting[token] = request
+        if api is JOIN_GROUP:
+            session = body["session_timeout_ms"]
+            rebalance = body["rebalance_timeout_ms"] if request.version >= 1 else session
+            if not 1000 <= session <= 30 * 60 * 1000:  # Kafka's group.min/max.session.timeout.ms
+                del self._waiting[token]
+                return Replies([(token, encode_body(api, request.version, {
+                    "error_code": errors.INVALID_SESSION_TIMEOUT, "generation_id": -1,
+                    "member_id": body["member_id"]}))])
+            replies = c.join(token, body["group_id"], body["member_id"], instance, request.client_id or "",
+                             "", body["protocol_type"], [(p["name"], bytes(p["metadata"])) for p in body["protocols"]],
+                             session / 1000.0, rebalance / 1000.0, now)
+        else:
+            assignments = {a["member_id"]: bytes(a["assignment"]) for a in body["assignments"]}
+            replies = c.sync(token, body["group_id"], body["generation_id"], body["member_id"], instance,
+                             assignments, now)
+        return Replies(self._encoded(replies))
+
+    def tick(self, now: float) -> Replies:
+        """Group timeouts: the answers they release."""
+        return Replies(self._encoded(self.coordinator.tick(now)))
+
+    def _encoded(self, replies: list[tuple[Hashable, dict[str, Any]]]) -> list[tuple[Hashable, bytes]]:
+        out = []
+        for token, fields in replies:
+            request = self._waiting.pop(token, None)
+            if request is not None and request.api is not None:
+                out.append((token, encode_body(request.api, request.version, fields)))
+        return out
+
+    def forget_request(self, token: Hashable) -> None:
+        """A waiting request whose connection closed."""
+        self._waiting.pop(token, None)
+
+    def offset_commit(self, request: Request, topics: dict[str, TopicView], now: float) -> Commit | Answer:
+        body = request.body
+        assert body is not None
+        group = body["group_id"]
+        code = self.coordinator.check_commit(group, body["generation_id"], body["member_id"], now)
+        offsets: dict[tuple[str, int], tuple[int, str | None]] = {}
+        codes: dict[tuple[str, int], int] = {}
+        for topic in body["topics"]:
+            view = topics.get(topic["name"])
+            for p in topic["partitions"]:
+                key = (topic["name"], p["partition_index"])
+                if code:
+                    codes[key] = code
+                elif view is None or not 0 <= key[1] < view.count:
+                    codes[key] = errors.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    codes[key] = 0
+                    offsets[key] = (p["committed_offset"], p["committed_metadata"])
+        return Commit(request, group, offsets, codes)
+
+    def commit_response(self, commit: Commit, failed: int = 0) -> bytes:
+        """The OffsetCommit's (or DeleteGroups') answer once the commits are kept (``failed``: the error
+        code of a write that did not make it)."""
+        request = commit.request
+        if request.api is DELETE_GROUPS:
+            results = [{"group_id": name, "error_code": failed if code == 0 and failed else code}
+                       for name, code in commit.group_codes.items()]
+            return encode_body(DELETE_GROUPS, request.version, {"throttle_time_ms": 0, "results": results})
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, index), code in commit.codes.items():
+            by_topic.setdefault(topic, []).append({"partition_index": index,
+                                                   "error_code": failed if code == 0 and failed else code})
+        return encode_body(OFFSET_COMMIT, request.version, {
+            "throttle_time_ms": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]})
+
+    def offset_fetch(self, request: Request) -> bytes:
+        body = request.body
+        assert body is not None
+        kept = self.offsets.get(body["group_id"], {})
+        wanted = body["topics"]
+        if wanted is None:  # every partition the group committed
+            names: dict[str, list[int]] = {}
+            for topic, index in sorted(kept):
+                names.setdefault(topic, []).append(index)
+            wanted = [{"name": t, "partition_indexes": ps} for t, ps in names.items()]
+        out = []
+        for topic in wanted:
+            parts = []
+            for index in topic["partition_indexes"]:
+                offset, metadata = kept.get((topic["name"], index), (-1, ""))
+                parts.append({"partition_index": index, "committed_offset": offset, "committed_leader_epoch": -1,
+                              "metadata": metadata if metadata is not None else "", "error_code": 0})
+            out.append({"name": topic["name"], "partitions": parts})
+        return encode_body(OFFSET_FETCH, request.version, {"throttle_time_ms": 0, "topics": out, "error_code": 0})
+
+    def describe_groups(self, request: Request) -> bytes:
+        body = request.body
+        assert body is not None
+        out = []
+        for name in body["groups"]:
+            group = self.coordinator.groups.get(name)
+            if group is None:
+                state = "Empty" if name in self.offsets else "Dead"
+                out.append({"error_code": 0, "group_id": name, "group_state": state, "protocol_type": "",
+                            "protocol_data": "", "members": [], "authorized_operations": -2147483648})
+                continue
+            members = [{"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+                        "client_host": m.host or "/127.0.0.1", "member_metadata": m.metadata(group.protocol),
+                        "member_assignment": m.assignment} for m in group.members.values()]
+            out.append({"error_code": 0, "group_id": name, "group_state": group.state,
+                        "protocol_type": group.protocol_type, "protocol_data": group.protocol, "members": members,
+                        "authorized_operations": -2147483648})
+        return encode_body(DESCRIBE_GROUPS, request.version, {"throttle_time_ms": 0, "groups": out})
+
+    # -- admin ------------------------------------------------------------------------------
+
+    def create_topics(self, request: Request, topics: dict[str, TopicView]) -> Create:
+        body = request.body
+        assert body is not None
+        create: dict[str, int] = {}
+        codes: dict[str, tuple[int, str | None]] = {}
+        names = [t["name"] for t in body["topics"]]
+        for t in body["topics"]:
+            name, n = t["name"], t["num_partitions"]
+            if n == -1:
+                n = self.num_partitions
+            if names.count(name) > 1:  # as Kafka: a topic named twice is refused, and answered once
+                codes[name] = (errors.INVALID_REQUEST, f"topic {name!r} is named more than once")
+            elif not valid_topic(name):
+                codes[name] = (errors.INVALID_TOPIC_EXCEPTION, f"{name!r} is not a valid topic name")
+            elif name in topics and topics[name].count:
+                codes[name] = (errors.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            elif t["assignments"]:
+                codes[name] = (errors.INVALID_REQUEST, "dafka places partitions itself: no replica assignments")
+            elif not 1 <= n <= MAX_CREATE_PARTITIONS:
+                codes[name] = (errors.INVALID_PARTITIONS, f"partitions must be 1-{MAX_CREATE_PARTITIONS}, not {n}")
+            elif t["replication_factor"] not in (-1, 1):
+                codes[name] = (errors.INVALID_REPLICATION_FACTOR,
+                               "the stores replicate (store/replicas): ask for replication factor 1 or -1")
+            elif t["configs"]:
+                codes[name] = (errors.INVALID_CONFIG, "topic configs are the stores' (store/retention/*, "
+                                                      "store/compaction/topics): none can be set here")
+            else:
+                create[name] = n
+        return Create(request, create, codes, bool(body.get("validate_only")))
+
+    def create_response(self, create: Create, failed: dict[str, tuple[int, str]] | None = None) -> bytes:
+        results = []
+        for name in dict.fromkeys(t["name"] for t in (create.request.body or {}).get("topics", [])):
+            code, message = create.codes.get(name) or (failed or {}).get(name) or (0, None)
+            results.append({"name": name, "error_code": code, "error_message": message})
+        return encode_body(CREATE_TOPICS, create.request.version, {"throttle_time_ms": 0, "topics": results})
+
+    def describe_configs(self, request: Request, topics: dict[str, TopicView]) -> bytes:
+        body = request.body
+        assert body is not None
+        results = []
+        for r in body["resources"]:
+            if r["resource_type"] == 2:  # a topic
+                known = r["resource_name"] in topics
+                entries = self.topic_config(r["resource_name"]) if known else {}
+                code = 0 if known else errors.UNKNOWN_TOPIC_OR_PARTITION
+            elif r["resource_type"] == 4:  # the broker: the gateway
+                entries, code = {"broker.id": str(NODE_ID), "num.partitions": str(self.num_partitions),
+                                 "auto.create.topics.enable": str(self.auto_create).lower()}, 0
+            else:
+                entries, code = {}, errors.INVALID_REQUEST
+            keys = r["configuration_keys"]
+            configs: list[dict[str, Any]] = [{"name": k, "value": v, "read_only": True, "is_default": False, "config_source": 5,
+                        "is_sensitive": False, "synonyms": [], "config_type": 0, "documentation": None}
+                       for k, v in entries.items() if keys is None or k in keys]
+            results.append({"error_code": code, "error_message": None, "resource_type": r["resource_type"],
+                            "resource_name": r["resource_name"], "configs": configs})
+        return encode_body(DESCRIBE_CONFIGS, request.version, {"throttle_time_ms": 0, "results": results})
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """The Kafka configs of a topic as the stores apply them (the gateway's store/* keys stand for theirs)."""
+        patterns = [p.strip() for p in self.topic_configs.get("store/compaction/topics", "").split(",") if p.strip()]
+        compacted = any(fnmatchcase(topic, p) for p in patterns)
+        retention_ms = self.topic_configs.get("store/retention/ms", "-1")
+        policy = ("compact,delete" if retention_ms != "-1" else "compact") if compacted else "delete"
+        return {"cleanup.policy": policy, "retention.ms": retention_ms,
+                "retention.bytes": self.topic_configs.get("store/retention/bytes", "-1")}
 
     def unsupported(self, request: Request) -> bytes:
         """An UNSUPPORTED_VERSION answer for a served API asked at a version we lack (the server sends
@@ -141,6 +443,20 @@ class Mapping:
         assert api is not None
         version = min(max(request.version, api.lo), api.hi)
         return encode_body(api, version, {"error_code": errors.UNSUPPORTED_VERSION})
+
+    @staticmethod
+    def groups_read(request: Request) -> list[str]:
+        """The groups whose commits must be known (read back from the cluster) before the request is handled."""
+        body, api = request.body, request.api
+        if body is None:
+            return []
+        if api in (OFFSET_FETCH, OFFSET_COMMIT):
+            return [body["group_id"]]
+        if api is DELETE_GROUPS:
+            return list(body["groups_names"])
+        if api is DESCRIBE_GROUPS:
+            return list(body["groups"])
+        return []
 
     @staticmethod
     def wanted_topics(request: Request) -> list[str] | None:
@@ -157,8 +473,10 @@ class Mapping:
             return [t["name"] for t in body["topic_data"]]
         if api is FETCH:
             return [t["topic"] for t in body["topics"]]
-        if api is LIST_OFFSETS:
+        if api in (LIST_OFFSETS, OFFSET_COMMIT, CREATE_TOPICS):
             return [t["name"] for t in body["topics"]]
+        if api is DESCRIBE_CONFIGS:
+            return [r["resource_name"] for r in body["resources"] if r["resource_type"] == 2]
         return []
 
     def to_create(self, request: Request, topics: dict[str, TopicView]) -> list[str]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .wire import (
-    BOOL, INT8, INT16, INT32, INT64, NULLABLE_STRING, RECORDS, STRING, UUID,
+    BOOL, BYTES, INT8, INT16, INT32, INT64, NULLABLE_STRING, RECORDS, STRING, UUID,
     Array, DecodeError, Field, Reader, Struct, uvarint,
 )
 
@@ -115,7 +115,131 @@ LIST_OFFSETS = Api(
         F("leader_epoch", INT32, 4)))))))),
 )
 
-APIS: dict[int, Api] = {api.key: api for api in (API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS)}
+FIND_COORDINATOR = Api(
+    10, "FindCoordinator", 0, 3, 3,
+    Struct(F("key", STRING), F("key_type", INT8, 1)),
+    Struct(F("throttle_time_ms", INT32, 1), F("error_code", INT16), F("error_message", NULLABLE_STRING, 1),
+           F("node_id", INT32), F("host", STRING), F("port", INT32)),
+)
+
+JOIN_GROUP = Api(
+    11, "JoinGroup", 0, 5, 6,
+    Struct(F("group_id", STRING), F("session_timeout_ms", INT32), F("rebalance_timeout_ms", INT32, 1),
+           F("member_id", STRING), F("group_instance_id", NULLABLE_STRING, 5), F("protocol_type", STRING),
+           F("protocols", Array(Struct(F("name", STRING), F("metadata", BYTES))))),
+    Struct(F("throttle_time_ms", INT32, 2), F("error_code", INT16), F("generation_id", INT32),
+           F("protocol_name", STRING), F("leader", STRING), F("member_id", STRING),
+           F("members", Array(Struct(F("member_id", STRING), F("group_instance_id", NULLABLE_STRING, 5),
+                                     F("metadata", BYTES))))),
+)
+
+SYNC_GROUP = Api(
+    14, "SyncGroup", 0, 3, 4,
+    Struct(F("group_id", STRING), F("generation_id", INT32), F("member_id", STRING),
+           F("group_instance_id", NULLABLE_STRING, 3),
+           F("assignments", Array(Struct(F("member_id", STRING), F("assignment", BYTES))))),
+    Struct(F("throttle_time_ms", INT32, 1), F("error_code", INT16), F("assignment", BYTES)),
+)
+
+HEARTBEAT = Api(
+    12, "Heartbeat", 0, 3, 4,
+    Struct(F("group_id", STRING), F("generation_id", INT32), F("member_id", STRING),
+           F("group_instance_id", NULLABLE_STRING, 3)),
+    Struct(F("throttle_time_ms", INT32, 1), F("error_code", INT16)),
+)
+
+LEAVE_GROUP = Api(
+    13, "LeaveGroup", 0, 3, 4,
+    Struct(F("group_id", STRING), F("member_id", STRING, 0, 2),
+           F("members", Array(Struct(F("member_id", STRING), F("group_instance_id", NULLABLE_STRING))), 3)),
+    Struct(F("throttle_time_ms", INT32, 1), F("error_code", INT16),
+           F("members", Array(Struct(F("member_id", STRING), F("group_instance_id", NULLABLE_STRING),
+                                     F("error_code", INT16))), 3)),
+)
+
+OFFSET_COMMIT = Api(
+    8, "OffsetCommit", 2, 7, 8,
+    Struct(F("group_id", STRING), F("generation_id", INT32), F("member_id", STRING),
+           F("group_instance_id", NULLABLE_STRING, 7), F("retention_time_ms", INT64, 2, 4),
+           F("topics", Array(Struct(F("name", STRING), F("partitions", Array(Struct(
+               F("partition_index", INT32), F("committed_offset", INT64), F("committed_leader_epoch", INT32, 6),
+               F("committed_metadata", NULLABLE_STRING)))))))),
+    Struct(F("throttle_time_ms", INT32, 3), F("topics", Array(Struct(F("name", STRING), F("partitions", Array(Struct(
+        F("partition_index", INT32), F("error_code", INT16)))))))),
+)
+
+OFFSET_FETCH = Api(
+    9, "OffsetFetch", 1, 7, 6,
+    Struct(F("group_id", STRING), F("topics", Array(Struct(F("name", STRING), F("partition_indexes", Array(INT32)))),
+                                    nullable_from=2),
+           F("require_stable", BOOL, 7)),
+    Struct(F("throttle_time_ms", INT32, 3), F("topics", Array(Struct(F("name", STRING), F("partitions", Array(Struct(
+        F("partition_index", INT32), F("committed_offset", INT64), F("committed_leader_epoch", INT32, 5),
+        F("metadata", NULLABLE_STRING), F("error_code", INT16))))))), F("error_code", INT16, 2)),
+)
+
+LIST_GROUPS = Api(
+    16, "ListGroups", 0, 3, 3,
+    Struct(),
+    Struct(F("throttle_time_ms", INT32, 1), F("error_code", INT16),
+           F("groups", Array(Struct(F("group_id", STRING), F("protocol_type", STRING))))),
+)
+
+DESCRIBE_GROUPS = Api(
+    15, "DescribeGroups", 0, 4, 5,
+    Struct(F("groups", Array(STRING)), F("include_authorized_operations", BOOL, 3)),
+    Struct(F("throttle_time_ms", INT32, 1), F("groups", Array(Struct(
+        F("error_code", INT16), F("group_id", STRING), F("group_state", STRING), F("protocol_type", STRING),
+        F("protocol_data", STRING),
+        F("members", Array(Struct(F("member_id", STRING), F("group_instance_id", NULLABLE_STRING, 4),
+                                  F("client_id", STRING), F("client_host", STRING), F("member_metadata", BYTES),
+                                  F("member_assignment", BYTES)))),
+        F("authorized_operations", INT32, 3))))),
+)
+
+DELETE_GROUPS = Api(
+    42, "DeleteGroups", 0, 1, 2,
+    Struct(F("groups_names", Array(STRING))),
+    Struct(F("throttle_time_ms", INT32), F("results", Array(Struct(F("group_id", STRING), F("error_code", INT16))))),
+)
+
+INIT_PRODUCER_ID = Api(
+    22, "InitProducerId", 0, 4, 2,
+    Struct(F("transactional_id", NULLABLE_STRING), F("transaction_timeout_ms", INT32), F("producer_id", INT64, 3),
+           F("producer_epoch", INT16, 3)),
+    Struct(F("throttle_time_ms", INT32), F("error_code", INT16), F("producer_id", INT64), F("producer_epoch", INT16)),
+)
+
+CREATE_TOPICS = Api(
+    19, "CreateTopics", 2, 4, 5,
+    Struct(F("topics", Array(Struct(
+        F("name", STRING), F("num_partitions", INT32), F("replication_factor", INT16),
+        F("assignments", Array(Struct(F("partition_index", INT32), F("broker_ids", Array(INT32))))),
+        F("configs", Array(Struct(F("name", STRING), F("value", NULLABLE_STRING))))))),
+        F("timeout_ms", INT32), F("validate_only", BOOL, 1)),
+    Struct(F("throttle_time_ms", INT32, 2), F("topics", Array(Struct(
+        F("name", STRING), F("error_code", INT16), F("error_message", NULLABLE_STRING, 1))))),
+)
+
+DESCRIBE_CONFIGS = Api(
+    32, "DescribeConfigs", 0, 3, 4,
+    Struct(F("resources", Array(Struct(F("resource_type", INT8), F("resource_name", STRING),
+                                       F("configuration_keys", Array(STRING, nullable=True))))),
+           F("include_synonyms", BOOL, 1), F("include_documentation", BOOL, 3)),
+    Struct(F("throttle_time_ms", INT32), F("results", Array(Struct(
+        F("error_code", INT16), F("error_message", NULLABLE_STRING), F("resource_type", INT8),
+        F("resource_name", STRING),
+        F("configs", Array(Struct(
+            F("name", STRING), F("value", NULLABLE_STRING), F("read_only", BOOL), F("is_default", BOOL, 0, 0),
+            F("config_source", INT8, 1), F("is_sensitive", BOOL),
+            F("synonyms", Array(Struct(F("name", STRING), F("value", NULLABLE_STRING), F("source", INT8))), 1),
+            F("config_type", INT8, 3), F("documentation", NULLABLE_STRING, 3)))))))),
+)
+
+APIS: dict[int, Api] = {api.key: api for api in (
+    API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS, FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP, HEARTBEAT,
+    LEAVE_GROUP, OFFSET_COMMIT, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, INIT_PRODUCER_ID,
+    CREATE_TOPICS, DESCRIBE_CONFIGS)}
 
 
 @dataclass

@@ -13,6 +13,15 @@ response, one request at a time per connection, as a Kafka broker does.
   delivers waits in a per-partition buffer for the next Fetch.
 * A topic is learnt once, by a survey of the cluster (:class:`dafka.survey.StatusPeer`):
   the partitions whose addresses are the gateway's numbering are its Kafka partitions.
+* Groups: :class:`~.groups.Coordinator` in the mapping; a JoinGroup or
+  SyncGroup waits on a future that the answer of another member's request,
+  or a timeout (a tick task), resolves.  A group's commits are kept in the
+  cluster, in dafka's own offsets topic of the group (``__dafka_offsets.<group>``,
+  rfc 14.6): each commit writes a snapshot of the group's offsets as one record
+  of the gateway's partition there, resumed, so a restarted gateway reads it back.
+* Idempotent producers: :class:`~.idempotence.Sequences` in the mapping
+  checks each batch before it is published; a retried one gets its first
+  answer again.
 """
 
 from __future__ import annotations
@@ -28,15 +37,23 @@ from typing import Any
 from dafka.aio import AsyncConsumer, AsyncProducer, SendFuture
 from dafka.config import Config
 from dafka.errors import BufferFull, DafkaError, RecordTooLarge
+from dafka.group import decode_commits, encode_commits, offsets_topic
+from dafka.peer import partition_address
 from dafka.survey import StatusPeer
 
 from . import errors
-from .mapping import Answer, Appends, Mapping, Reads, TopicView, address_of
+from .idempotence import APPEND, DUPLICATE
+from .mapping import (
+    Answer, Appends, Commit, Create, Mapping, Reads, Replies, TopicView, address_of, index_of,
+)
 from .messages import Request, read_request, response_frame, unsupported_api_versions
 from .wire import DecodeError
 
 log = logging.getLogger(__name__)
 
+GATEWAY_MEMBER = "kafka-gateway"  # the member named in the commit records the gateway writes
+TICK_SECONDS = 0.05  # how often group timeouts are checked
+LOAD_SECONDS = 5.0  # how long reading a group's last commit record back may take
 SURVEY_SECONDS = 1.0  # how long a new topic's survey listens for the stores' heads
 BUFFER_RECORDS = 50_000  # records a connection keeps per partition between two Fetches
 FETCH_POLL_MS = 5  # how long one read of the connection's consumer waits while a Fetch long-polls
@@ -52,6 +69,7 @@ class Counters:
     malformed: int = 0
     records_in: int = 0
     records_out: int = 0
+    duplicates: int = 0  # idempotent producers' retries answered without a second append
 
 
 @dataclass
@@ -119,6 +137,9 @@ class KafkaGateway:
         self._resolving: dict[str, asyncio.Future[None]] = {}
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._ticker: asyncio.Task[None] | None = None
+        self._offset_producers: dict[str, AsyncProducer[bytes]] = {}
+        self._loaded: dict[str, asyncio.Future[None]] = {}  # groups whose commits were read back
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self.address, self.port, limit=2 ** 20)
@@ -127,15 +148,33 @@ class KafkaGateway:
         host, port = self.advertise or (self.address, self.port)
         self.mapping = Mapping(host, port, auto_create=self.auto_create, num_partitions=self.num_partitions,
                                max_request_records_bytes=self.max_request_bytes)
+        self._ticker = asyncio.ensure_future(self._tick())
         log.info("kafka gateway on %s:%d (advertised %s:%d)", self.address, self.port, host, port)
+
+    async def _tick(self) -> None:
+        """Group timeouts: sessions that lapsed, rebalances whose time is up."""
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            assert self.mapping is not None
+            self._deliver(self.mapping.tick(time.monotonic()))
+
+    @staticmethod
+    def _deliver(replies: Replies) -> None:
+        for token, body in replies.replies:
+            future = token
+            assert isinstance(future, asyncio.Future)
+            if not future.done():
+                future.set_result(body)
 
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self._ticker is not None:
+            self._ticker.cancel()
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
-        for producer in self.producers.values():
+        for producer in [*self.producers.values(), *self._offset_producers.values()]:
             try:
                 await producer.stop()
             except DafkaError as exc:
@@ -152,17 +191,19 @@ class KafkaGateway:
             view.heads = [self.producers[(view.name, i)].next_offset - 1 for i in range(view.count)]
         return views
 
-    async def _resolve(self, name: str, create: bool) -> None:
+    async def _resolve(self, name: str, create: bool, partitions: int = 0) -> None:
         pending = self._resolving.get(name)
         if pending is None:
-            pending = self._resolving[name] = asyncio.ensure_future(self._learn(name, create))
+            pending = self._resolving[name] = asyncio.ensure_future(self._learn(name, create, partitions))
         try:
             await asyncio.shield(pending)
         finally:
             if pending.done():
                 self._resolving.pop(name, None)
 
-    async def _learn(self, name: str, create: bool) -> None:
+    async def _learn(self, name: str, create: bool, partitions: int = 0) -> None:
+        """Find a topic's Kafka partitions in the cluster, or create it (``partitions``: how many, 0: the
+        gateway's --num-partitions), and resume its producers."""
         loop = asyncio.get_running_loop()
         found = await loop.run_in_executor(None, self._survey, name)
         count = 0
@@ -170,7 +211,7 @@ class KafkaGateway:
             count += 1
         if count == 0 and not create:
             return
-        count = count or self.num_partitions
+        count = count or partitions or self.num_partitions
         producers = await asyncio.gather(*(loop.run_in_executor(None, self._producer, name, i) for i in range(count)))
         for i, producer in enumerate(producers):
             self.producers[(name, i)] = producer
@@ -223,11 +264,13 @@ class KafkaGateway:
                     continue
                 if fetches is None and request.api_key == 1 and request.body is not None:
                     fetches = _Reader(self.config)
-                body = await self._answer(request, fetches)
+                body = await self._answer(request, fetches, peer)
                 if body is not None:
                     writer.write(response_frame(request.api, request.version, request.correlation_id, body))
                     await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        except asyncio.CancelledError:  # the gateway closes (asyncio's streams log a cancelled handler's as an error)
             return
         finally:
             self._connections.discard(task)
@@ -235,40 +278,158 @@ class KafkaGateway:
                 await fetches.close()
             writer.close()
 
-    async def _answer(self, request: Request, fetches: _Reader | None) -> bytes | None:
+    async def _answer(self, request: Request, fetches: _Reader | None, peer: Any = None) -> bytes | None:
         mapping = self.mapping
         assert mapping is not None
         if request.body is None or request.api is None:
             return None if request.api is None else mapping.unsupported(request)
         names = mapping.wanted_topics(request)
         views = await self._known(names, mapping.to_create(request, self.views))
-        outcome = mapping.handle(request, views)
+        for group in mapping.groups_read(request):
+            await self._load(group)
+        token: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        outcome = mapping.handle(request, views, time.monotonic(), token)
         if isinstance(outcome, Answer):
             return outcome.body
         if isinstance(outcome, Appends):
             return await self._produce(outcome, views)
+        if isinstance(outcome, Replies):
+            self._deliver(outcome)
+            try:
+                return await token
+            finally:
+                mapping.forget_request(token)
+        if isinstance(outcome, Commit):
+            return mapping.commit_response(outcome, await self._commit(outcome))
+        if isinstance(outcome, Create):
+            return mapping.create_response(outcome, await self._create(outcome))
         assert isinstance(outcome, Reads) and fetches is not None
         return await self._fetch(outcome, views, fetches)
+
+    # -- groups' commits -------------------------------------------------------------------
+
+    async def _offsets_producer(self, group: str) -> AsyncProducer[bytes]:
+        """The gateway's partition of the group's offsets topic (resumed: it goes on after a restart)."""
+        producer = self._offset_producers.get(group)
+        if producer is None:
+            producer = await asyncio.get_running_loop().run_in_executor(None, lambda: AsyncProducer(
+                offsets_topic(group), self.config, address=partition_address(f"kafka-offsets:{group}"), resume=True))
+            self._offset_producers[group] = producer
+        return producer
+
+    async def _load(self, group: str) -> None:
+        """Read a group's commits back from its last snapshot in the cluster, once (a restarted gateway)."""
+        pending = self._loaded.get(group)
+        if pending is None:
+            pending = self._loaded[group] = asyncio.ensure_future(self._read_commits(group))
+        await asyncio.shield(pending)
+
+    async def _read_commits(self, group: str) -> None:
+        assert self.mapping is not None
+        producer = await self._offsets_producer(group)
+        head = producer.next_offset - 1
+        if head < 0 or group in self.mapping.offsets:
+            return
+        consumer: AsyncConsumer[bytes] = AsyncConsumer(config=self.config.with_overrides(
+            {"consumer/offset/reset": "earliest"}, source="kafka gateway"))
+        try:
+            consumer.subscribe(offsets_topic(group))
+            consumer.seek(producer.address, head, topic=offsets_topic(group))
+            deadline = time.monotonic() + LOAD_SECONDS
+            while time.monotonic() < deadline:
+                got = await consumer.getmany(timeout_ms=100)
+                for tp, records in got.items():
+                    if tuple(tp) != (offsets_topic(group), producer.address):
+                        continue
+                    record = next((r for r in records if r.offset == head), None)
+                    if record is not None:
+                        self._take_commits(group, record.value)
+                        return
+            log.warning("group %r: its last commit record (%d) was not read back in %.0f s", group, head,
+                        LOAD_SECONDS)
+        finally:
+            await consumer.stop()
+
+    def _take_commits(self, group: str, value: bytes) -> None:
+        assert self.mapping is not None
+        try:
+            _, offsets = decode_commits(value)
+        except ValueError as exc:
+            log.warning("group %r: its last commit record is not one (%s)", group, exc)
+            return
+        kept = self.mapping.offsets.setdefault(group, {})
+        for (topic, address), offset in offsets.items():
+            index = index_of(topic, address)
+            if index is not None and (topic, index) not in kept:
+                kept[(topic, index)] = (offset, None)
+
+    async def _commit(self, commit: Commit) -> int:
+        """Keep a group's commits: a snapshot of them all, acked by ``producer/min_acks`` stores."""
+        assert self.mapping is not None
+        failed = 0
+        groups = commit.forget or [commit.group]
+        for group in groups:
+            await self._load(group)
+            if commit.forget:
+                self.mapping.offsets.pop(group, None)
+            elif not commit.offsets:
+                continue
+            kept = self.mapping.offsets.setdefault(group, {}) if not commit.forget else {}
+            kept.update(commit.offsets)
+            snapshot = {(t, address_of(t, i)): offset for (t, i), (offset, _) in kept.items() if offset >= 0}
+            producer = await self._offsets_producer(group)
+            try:
+                sent = await producer.send(encode_commits(GATEWAY_MEMBER, snapshot, snapshot=True))
+                await asyncio.wait_for(asyncio.shield(sent.future()), 10.0)
+            except (DafkaError, asyncio.TimeoutError) as exc:
+                log.warning("group %r: its commits were not kept (%s)", group, exc)
+                failed = errors.COORDINATOR_NOT_AVAILABLE
+        return failed
+
+    # -- admin -----------------------------------------------------------------------------
+
+    async def _create(self, create: Create) -> dict[str, tuple[int, str]]:
+        failed: dict[str, tuple[int, str]] = {}
+        for name, partitions in create.topics.items():
+            if name in self.views:
+                failed[name] = (errors.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            elif not create.validate_only:
+                await self._resolve(name, True, partitions)
+                log.info("topic %r created with %d partition(s)", name, partitions)
+        return failed
 
     async def _produce(self, appends: Appends, views: dict[str, TopicView]) -> bytes | None:
         mapping = self.mapping
         assert mapping is not None
         results: dict[tuple[str, int], tuple[int, int]] = {key: (code, -1) for key, code in appends.refused.items()}
         waits: list[tuple[tuple[str, int], SendFuture]] = []
+        sequences = mapping.sequences
         for append in appends.appends:
             key = (append.topic, append.index)
             if results.get(key, (0, 0))[0]:
                 continue
             producer = self.producers[key]
+            batch = append.batch
+            count = len(batch.records)
+            action, value = sequences.check(key, batch.producer_id, batch.producer_epoch, batch.base_sequence, count)
+            if action == DUPLICATE:  # a retry: the same answer, once what it got is kept
+                self.counters.duplicates += 1
+                results.setdefault(key, (0, value))
+                waits.append((key, SendFuture(producer, value + count - 1)))
+                continue
+            if action != APPEND:
+                results[key] = (value, -1)
+                continue
             try:
-                first = await self._publish(producer, append.batch.records)
+                first = await self._publish(producer, batch.records)
             except RecordTooLarge:
                 results[key] = (errors.MESSAGE_TOO_LARGE, -1)
                 continue
             except BufferFull:
                 results[key] = (errors.REQUEST_TIMED_OUT, -1)
                 continue
-            self.counters.records_in += len(append.batch.records)
+            sequences.record(key, batch.producer_id, batch.producer_epoch, batch.base_sequence, count, first)
+            self.counters.records_in += count
             if key not in results:
                 results[key] = (0, first)
             waits.append((key, SendFuture(producer, first + len(append.batch.records) - 1)))

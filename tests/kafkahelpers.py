@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,13 +21,14 @@ def start_gateway(processes: Processes, tower, log: Path, *args: str,
                   timeout: float = 20.0) -> tuple[subprocess.Popen, str]:
     """``dafka kafka --port 0`` on ``tower``'s cluster, its stderr in ``log``; returns the process and its
     bootstrap address (what it says once it listens)."""
+    before = log.stat().st_size if log.exists() else 0  # a restart appends: only what it says counts
     with open(log, "ab") as out:
         proc = processes.start([script("dafka"), "kafka", "--port", "0", "--pub", tower.pub_endpoint,
                                 "--sub", tower.sub_endpoint, "-X", "beacon/address=127.0.0.1",
                                 "-X", "beacon/bind_address=127.0.0.1", *args], stdout=out, stderr=out)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        found = SERVING.findall(log.read_bytes())
+        found = SERVING.findall(log.read_bytes()[before:])
         if found:
             host, port = found[-1]
             return proc, f"{host.decode()}:{port.decode()}"
@@ -39,3 +43,12 @@ def kcat(*args: str, data: bytes | None = None, timeout: float = 30.0) -> subpro
 
 def stores_path(tmp_path: Path, name: str = "store") -> str:
     return str(tmp_path / name)
+
+
+def run_client(code: str, cwd: Path, *args: str, timeout: float = 90.0) -> Any:
+    """Run a Kafka client's script in its own Python, from ``cwd`` (the checkout's top-level ``kafka/``
+    folder would shadow kafka-python's ``kafka`` package from the checkout), and return what it printed
+    last, as JSON."""
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
+    return json.loads(proc.stdout.decode().strip().splitlines()[-1])

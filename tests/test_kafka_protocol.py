@@ -10,7 +10,9 @@ from hypothesis import given, settings, strategies as st
 from dafka.kafka import batches, errors
 from dafka.kafka.mapping import Answer, Appends, Mapping, Reads, TopicView, address_of
 from dafka.kafka.messages import (
-    API_VERSIONS, APIS, FETCH, LIST_OFFSETS, METADATA, PRODUCE, read_request, response_frame,
+    API_VERSIONS, APIS, CREATE_TOPICS, DELETE_GROUPS, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH, FIND_COORDINATOR,
+    HEARTBEAT, INIT_PRODUCER_ID, JOIN_GROUP, LEAVE_GROUP, LIST_GROUPS, LIST_OFFSETS, METADATA, OFFSET_COMMIT,
+    OFFSET_FETCH, PRODUCE, SYNC_GROUP, read_request, response_frame,
 )
 from dafka.kafka.wire import DecodeError, Reader, uvarint
 
@@ -39,6 +41,28 @@ def test_every_served_version_of_every_request_round_trips():
                                                                "partition_max_bytes": 100}]}]},
         LIST_OFFSETS.key: {"replica_id": -1, "topics": [{"name": "t", "partitions": [{"partition_index": 0,
                                                                                       "timestamp": -2}]}]},
+        FIND_COORDINATOR.key: {"key": "g", "key_type": 0},
+        JOIN_GROUP.key: {"group_id": "g", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000, "member_id": "",
+                         "group_instance_id": None, "protocol_type": "consumer",
+                         "protocols": [{"name": "range", "metadata": b"m"}]},
+        SYNC_GROUP.key: {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None,
+                         "assignments": [{"member_id": "m", "assignment": b"a"}]},
+        HEARTBEAT.key: {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None},
+        LEAVE_GROUP.key: {"group_id": "g", "member_id": "m", "members": [{"member_id": "m", "group_instance_id": None}]},
+        OFFSET_COMMIT.key: {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None,
+                            "retention_time_ms": -1, "topics": [{"name": "t", "partitions": [{
+                                "partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
+                                "committed_metadata": None}]}]},
+        OFFSET_FETCH.key: {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}], "require_stable": False},
+        LIST_GROUPS.key: {},
+        DESCRIBE_GROUPS.key: {"groups": ["g"], "include_authorized_operations": False},
+        DELETE_GROUPS.key: {"groups_names": ["g"]},
+        INIT_PRODUCER_ID.key: {"transactional_id": None, "transaction_timeout_ms": 60000, "producer_id": -1,
+                               "producer_epoch": -1},
+        CREATE_TOPICS.key: {"topics": [{"name": "t", "num_partitions": 2, "replication_factor": -1, "assignments": [],
+                                        "configs": []}], "timeout_ms": 1000, "validate_only": False},
+        DESCRIBE_CONFIGS.key: {"resources": [{"resource_type": 2, "resource_name": "t", "configuration_keys": None}],
+                               "include_synonyms": False, "include_documentation": False},
     }
     for api in APIS.values():
         for version in range(api.lo, api.hi + 1):

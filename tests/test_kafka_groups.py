@@ -1,0 +1,293 @@
+"""``dafka kafka``'s groups, commits and idempotent producers, with kafka-python, aiokafka and confluent-kafka.
+
+Each client runs in its own Python (:func:`kafkahelpers.run_client`)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import pytest
+
+from helpers import loopback_config
+from kafkahelpers import kcat, run_client, start_gateway
+
+from dafka.kafka import errors
+from dafka.kafka.batches import write_batch
+from dafka.kafka.messages import INIT_PRODUCER_ID, PRODUCE
+from dafka.kafka.wire import Reader
+from dafka.store import Store
+
+pytestmark = pytest.mark.kafka
+
+KAFKA_PYTHON_PRODUCE = """
+import json, sys
+from kafka import KafkaProducer
+bootstrap, topic, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")  # idempotence is kafka-python 3's default
+futures = [producer.send(topic, key=b"k%d" % i, value=b"v%d" % i) for i in range(n)]
+meta = [f.get(timeout=30) for f in futures]
+producer.close()
+print(json.dumps({"idempotent": producer.config["enable_idempotence"],
+                  "offsets": [[m.partition, m.offset] for m in meta]}))
+"""
+
+KAFKA_PYTHON_GROUP = """
+import json, sys, time
+from kafka import KafkaConsumer
+bootstrap, topic, group, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                         enable_auto_commit=False, consumer_timeout_ms=20000)
+got = []
+deadline = time.monotonic() + 60
+while len(got) < n and time.monotonic() < deadline:
+    for tp, records in consumer.poll(500).items():
+        got += [[r.partition, r.offset, r.value.decode()] for r in records]
+consumer.commit()
+committed = {str(tp.partition): consumer.committed(tp) for tp in consumer.assignment()}
+consumer.close()
+print(json.dumps({"got": got, "committed": committed}))
+"""
+
+
+@pytest.fixture
+def cluster(tower, tmp_path):
+    store = Store(loopback_config(tower), db=str(tmp_path / "store")).start()
+    yield tower, store
+    store.stop()
+
+
+def test_kafka_python_produces_idempotently_and_a_group_reads_commits_and_resumes(cluster, processes, tmp_path):
+    tower, _ = cluster
+    _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--num-partitions", "2")
+    produced = run_client(KAFKA_PYTHON_PRODUCE, tmp_path, bootstrap, "kp", "200")
+    assert produced["idempotent"] is True
+    by_partition: dict[int, list[int]] = {}
+    for partition, offset in produced["offsets"]:
+        by_partition.setdefault(partition, []).append(offset)
+    assert sorted(by_partition) == [0, 1]
+    assert all(sorted(o) == list(range(len(o))) for o in by_partition.values())
+    first = run_client(KAFKA_PYTHON_GROUP, tmp_path, bootstrap, "kp", "g1", "200")
+    assert sorted(v for _, _, v in first["got"]) == sorted(f"v{i}" for i in range(200))
+    assert first["committed"] == {str(p): len(o) for p, o in by_partition.items()}
+    run_client(KAFKA_PYTHON_PRODUCE, tmp_path, bootstrap, "kp", "10")
+    again = run_client(KAFKA_PYTHON_GROUP, tmp_path, bootstrap, "kp", "g1", "10")
+    assert sorted(v for _, _, v in again["got"]) == sorted(f"v{i}" for i in range(10))  # only the new ones
+    assert sum(again["committed"].values()) == 210
+
+
+CONFLUENT_GROUP = """
+import json, sys, time
+import confluent_kafka
+bootstrap, topic, group, n, members, strategy = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), \\
+    int(sys.argv[5]), sys.argv[6]
+consumers = [confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                       "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                       "partition.assignment.strategy": strategy, "session.timeout.ms": 6000,
+                                       "heartbeat.interval.ms": 500})
+             for _ in range(members)]
+for c in consumers:
+    c.subscribe([topic])
+got, owners = [], [set() for _ in consumers]
+deadline = time.monotonic() + 60
+while len(got) < n and time.monotonic() < deadline:
+    for i, c in enumerate(consumers):
+        for msg in c.consume(100, 0.1):
+            if msg.error() is None:
+                got.append([msg.partition(), msg.offset(), msg.value().decode()])
+                owners[i].add(msg.partition())
+for c in consumers:
+    if c.assignment():
+        c.commit(asynchronous=False)
+committed = {}
+for c in consumers:
+    for tp in c.committed(c.assignment(), timeout=10):
+        committed[str(tp.partition)] = tp.offset
+for c in consumers:
+    c.close()
+print(json.dumps({"got": got, "owners": [sorted(o) for o in owners], "committed": committed}))
+"""
+
+CONFLUENT_PRODUCE = """
+import json, sys
+import confluent_kafka
+bootstrap, topic, n, start = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+errors = []
+for i in range(start, start + n):
+    producer.produce(topic, key=b"k%d" % i, value=b"v%d" % i,
+                     on_delivery=lambda err, msg: errors.append(str(err)) if err else None)
+    producer.poll(0)
+left = producer.flush(30)
+print(json.dumps({"left": left, "errors": errors}))
+"""
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_a_confluent_kafka_group_of_two_shares_the_partitions_and_resumes_from_its_commits_after_a_restart(
+        cluster, processes, tmp_path, strategy):
+    tower, _ = cluster
+    gateway, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--num-partitions", "4")
+    produced = run_client(CONFLUENT_PRODUCE, tmp_path, bootstrap, "cg", "400", "0")
+    assert produced == {"left": 0, "errors": []}
+    first = run_client(CONFLUENT_GROUP, tmp_path, bootstrap, "cg", "g", "400", "2", strategy)
+    values = [v for _, _, v in first["got"]]
+    assert sorted(values) == sorted(f"v{i}" for i in range(400))  # each once
+    assert all(first["owners"]) and not set(first["owners"][0]) & set(first["owners"][1])  # both read, apart
+    assert sum(first["committed"].values()) == 400
+    # The commits are in the cluster: a restarted gateway reads them back.
+    gateway.terminate()
+    assert gateway.wait(20) == 0
+    _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--num-partitions", "4")
+    assert run_client(CONFLUENT_PRODUCE, tmp_path, bootstrap, "cg", "40", "400") == {"left": 0, "errors": []}
+    again = run_client(CONFLUENT_GROUP, tmp_path, bootstrap, "cg", "g", "40", "1", strategy)
+    assert sorted(v for _, _, v in again["got"]) == sorted(f"v{i}" for i in range(400, 440))
+    assert sum(again["committed"].values()) == 440
+
+
+AIOKAFKA_ROUND_TRIP = """
+import asyncio, json, sys
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+bootstrap, topic, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+async def main():
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
+    await producer.start()
+    try:
+        sent = [await producer.send_and_wait(topic, b"v%d" % i, key=b"k%d" % i) for i in range(n)]
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id="aio", auto_offset_reset="earliest",
+                                enable_auto_commit=False)
+    await consumer.start()
+    got = []
+    try:
+        while len(got) < n:
+            batch = await asyncio.wait_for(consumer.getmany(timeout_ms=500), 30)
+            for records in batch.values():
+                got += [[r.partition, r.offset, r.value.decode()] for r in records]
+        await consumer.commit()
+        committed = {str(tp.partition): await consumer.committed(tp) for tp in consumer.assignment()}
+    finally:
+        await consumer.stop()
+    print(json.dumps({"sent": [[m.partition, m.offset] for m in sent], "got": got, "committed": committed}))
+
+asyncio.run(main())
+"""
+
+
+def test_aiokafka_produces_idempotently_and_its_group_reads_and_commits(cluster, processes, tmp_path):
+    tower, _ = cluster
+    _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--num-partitions", "3")
+    out = run_client(AIOKAFKA_ROUND_TRIP, tmp_path, bootstrap, "aio", "90")
+    assert sorted(v for _, _, v in out["got"]) == sorted(f"v{i}" for i in range(90))
+    assert sorted(map(tuple, out["sent"])) == sorted((p, o) for p, o, _ in out["got"])
+    assert sum(out["committed"].values()) == 90
+
+
+def _call(sock: socket.socket, api, version: int, body: dict, correlation: int) -> dict:
+    """One request as a client writes it (header v1: these versions are not flexible), and its answer."""
+    out = [struct.pack(">hhih", api.key, version, correlation, 3), b"raw"]
+    api.request.write_version(out, body, False, version)
+    frame = b"".join(out)
+    sock.sendall(struct.pack(">i", len(frame)) + frame)
+    size = struct.unpack(">i", _exactly(sock, 4))[0]
+    answer = _exactly(sock, size)
+    assert struct.unpack_from(">i", answer)[0] == correlation
+    return api.response.read_version(Reader(answer[4:]), False, version)
+
+
+def _exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "the gateway closed the connection"
+        data += chunk
+    return data
+
+
+def test_a_retried_idempotent_batch_gets_its_first_answer_and_is_stored_once(cluster, processes, tmp_path):
+    """What a client does when an answer is lost: it sends the same batch (producer id, epoch, sequence)
+    again. The gateway answers with the offset the first one got and appends nothing; a gap in the
+    sequence is refused."""
+    tower, _ = cluster
+    _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log")
+    host, port = bootstrap.split(":")
+
+    def produce(sock, seq: int, values: list[bytes], correlation: int) -> tuple[int, int]:
+        batch = write_batch(0, [(i, 0, None, v) for i, v in enumerate(values)], producer_id=pid,
+                            producer_epoch=epoch, base_sequence=seq)
+        answer = _call(sock, PRODUCE, 7, {"transactional_id": None, "acks": -1, "timeout_ms": 10000, "topic_data": [
+            {"name": "idem", "partition_data": [{"index": 0, "records": batch}]}]}, correlation)
+        part = answer["responses"][0]["partition_responses"][0]
+        return part["error_code"], part["base_offset"]
+
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        ids = _call(sock, INIT_PRODUCER_ID, 1, {"transactional_id": None, "transaction_timeout_ms": 60000}, 1)
+        assert ids["error_code"] == 0 and ids["producer_id"] >= 0
+        pid, epoch = ids["producer_id"], ids["producer_epoch"]
+        assert produce(sock, 0, [b"a0", b"a1", b"a2"], 2) == (0, 0)
+        assert produce(sock, 0, [b"a0", b"a1", b"a2"], 3) == (0, 0)  # the retry
+        assert produce(sock, 3, [b"b0", b"b1"], 4) == (0, 3)
+        assert produce(sock, 3, [b"b0", b"b1"], 5) == (0, 3)
+        assert produce(sock, 9, [b"c0"], 6)[0] == errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+    read = kcat("-b", bootstrap, "-C", "-t", "idem", "-e", "-f", "%s %o\n")
+    assert read.stdout.decode().splitlines() == ["a0 0", "a1 1", "a2 2", "b0 3", "b1 4"]
+
+
+CONFLUENT_ADMIN = """
+import json, sys, time
+import confluent_kafka
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+bootstrap = sys.argv[1]
+admin = AdminClient({"bootstrap.servers": bootstrap})
+out = {}
+created = admin.create_topics([NewTopic("made", 3), NewTopic("bad name!", 1),
+                               NewTopic("rf", 1, replication_factor=3)], operation_timeout=20)
+for name, future in created.items():
+    try:
+        future.result(30)
+        out[name] = "ok"
+    except confluent_kafka.KafkaException as exc:
+        out[name] = exc.args[0].name()
+again = admin.create_topics([NewTopic("made", 3)])["made"]
+try:
+    again.result(30)
+    out["again"] = "ok"
+except confluent_kafka.KafkaException as exc:
+    out["again"] = exc.args[0].name()
+out["partitions"] = len(admin.list_topics(timeout=10).topics["made"].partitions)
+producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap})
+producer.produce("made", b"x", partition=2)
+producer.flush(10)
+consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "adm", "auto.offset.reset": "earliest"})
+consumer.subscribe(["made"])
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline and consumer.poll(0.2) is None:
+    pass
+consumer.commit(asynchronous=False)
+groups = admin.list_consumer_groups().result(10)
+out["listed"] = sorted(g.group_id for g in groups.valid)
+described = admin.describe_consumer_groups(["adm"])["adm"].result(10)
+out["members"] = len(described.members)
+out["state"] = str(described.state)
+consumer.close()
+config = admin.describe_configs([ConfigResource("topic", "made")])
+entries = list(config.values())[0].result(10)
+out["cleanup.policy"] = entries["cleanup.policy"].value
+out["deleted"] = [f.result(10) is None for f in admin.delete_consumer_groups(["adm"]).values()]
+print(json.dumps(out))
+"""
+
+
+def test_confluent_kafkas_admin_client_creates_topics_lists_describes_and_deletes_groups(cluster, processes, tmp_path):
+    tower, _ = cluster
+    _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log")
+    out = run_client(CONFLUENT_ADMIN, tmp_path, bootstrap)
+    assert out["made"] == "ok" and out["again"] == "TOPIC_ALREADY_EXISTS"
+    assert out["bad name!"] == "TOPIC_EXCEPTION"  # librdkafka's name for INVALID_TOPIC_EXCEPTION (17)
+    assert out["rf"] == "INVALID_REPLICATION_FACTOR"
+    assert out["partitions"] == 3
+    assert "adm" in out["listed"] and out["members"] == 1 and "STABLE" in out["state"]
+    assert out["cleanup.policy"] == "delete"
+    assert out["deleted"] == [True]
