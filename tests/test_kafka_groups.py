@@ -5,6 +5,7 @@ Each client runs in its own Python (:func:`kafkahelpers.run_client`)."""
 from __future__ import annotations
 
 import socket
+import subprocess
 import struct
 
 import pytest
@@ -291,3 +292,21 @@ def test_confluent_kafkas_admin_client_creates_topics_lists_describes_and_delete
     assert "adm" in out["listed"] and out["members"] == 1 and "STABLE" in out["state"]
     assert out["cleanup.policy"] == "delete"
     assert out["deleted"] == [True]
+
+
+def test_two_kcat_group_members_split_the_partitions_and_read_every_record_once(cluster, processes, tmp_path):
+    tower, _ = cluster
+    _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--num-partitions", "4")
+    lines = b"".join(b"k%d:v%d\n" % (i, i) for i in range(40))
+    assert kcat("-b", bootstrap, "-P", "-t", "kg", "-K:", data=lines).returncode == 0
+    members = [subprocess.Popen(["kcat", "-b", bootstrap, "-G", "grp", "kg", "-e", "-f", "%p %o %s\n",
+                                 "-X", "auto.offset.reset=earliest"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+               for _ in range(2)]
+    try:
+        outs = [m.communicate(timeout=60)[0].decode().split("\n")[:-1] for m in members]
+    finally:
+        for m in members:
+            m.kill()
+    partitions = [{line.split()[0] for line in out} for out in outs]
+    assert all(partitions) and not partitions[0] & partitions[1]  # both members read, each its own partitions
+    assert sorted(line.split()[2] for out in outs for line in out) == sorted(f"v{i}" for i in range(40))
