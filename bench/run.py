@@ -1035,6 +1035,13 @@ def scenario_mirror(a: argparse.Namespace) -> dict:
     return mirror_bench.run_all(sys.modules[__name__], records, sizes, catchup, a.mirror_lag_seconds)
 
 
+def scenario_kafka(a: argparse.Namespace) -> dict:
+    """bench/kafka_bench.py: confluent-kafka through `dafka kafka` against the native path."""
+    kafka_bench = scenario_module("kafka_bench")
+    return kafka_bench.run_all(sys.modules[__name__], a.kafka_records, [int(s) for s in a.sizes.split(",")],
+                               a.kafka_rate, a.kafka_latency_seconds)
+
+
 def scenario_recovery(records: int, size: int, api: str) -> dict:
     """bench/recovery_bench.py: a consumer stopped 2 s mid-stream, and how fast it recovers."""
     recovery_bench = scenario_module("recovery_bench")
@@ -1345,8 +1352,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--skip", default="",
                     help="comma-separated scenarios to skip (recovery, store, bulk, partitions, groups, idle, hold, "
-                         "spark, cdc, mirror, burst, scale, shards, ui, compaction)")
-    ap.add_argument("--only", choices=("cdc", "mirror", "burst", "scale", "shards", "ui", "compaction"),
+                         "spark, cdc, mirror, burst, scale, shards, ui, compaction, kafka)")
+    ap.add_argument("--only", choices=("cdc", "mirror", "burst", "scale", "shards", "ui", "compaction", "kafka"),
                     help="run only this scenario (burst measures its own ceiling)")
     ap.add_argument("--ab", nargs="?", const="v0.2.0", metavar="REV",
                     help="same-run A/B: this checkout against REV (default: the last release, v0.2.0; 'pure': "
@@ -1360,6 +1367,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="records the mirror catches up on after a stop (default --catchup-records; 0: none)")
     ap.add_argument("--mirror-lag-seconds", type=float, default=10.0,
                     help="how long the mirror lag run over the impaired link sends 10,000 records/s (0: not run)")
+    ap.add_argument("--kafka-records", type=int, default=100_000,
+                    help="records of each Kafka gateway run (bench/kafka_bench.py), per size in --sizes")
+    ap.add_argument("--kafka-rate", type=int, default=10_000,
+                    help="records/s of the Kafka gateway's produce-to-consume latency run")
+    ap.add_argument("--kafka-latency-seconds", type=float, default=10.0,
+                    help="how long the Kafka gateway's latency run lasts (0: no latency nor rebalance run)")
     ap.add_argument("--cdc-records", type=int, default=100_000, help="row changes per sustained CDC run")
     ap.add_argument("--bootstrap-rows", type=int, default=1_000_000, help="rows of the CDC bootstrap run")
     ap.add_argument("--cdc-latency-seconds", type=float, default=10.0,
@@ -1436,7 +1449,8 @@ def main(argv: list[str] | None = None) -> int:
                 "scale": lambda: scenario_scale(a),
                 "shards": lambda: scenario_shards(a),
                 "ui": lambda: scenario_ui(a),
-                "compaction": lambda: scenario_compaction(a)}
+                "compaction": lambda: scenario_compaction(a),
+                "kafka": lambda: scenario_kafka(a)}
         results = {a.only: only[a.only]()}
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=2))
@@ -1513,6 +1527,8 @@ def main(argv: list[str] | None = None) -> int:
         results["ui"] = scenario_ui(a)
     if "compaction" not in skip and "store" not in skip and store_available():
         results["compaction"] = scenario_compaction(a)
+    if "kafka" not in skip and "store" not in skip and store_available():
+        results["kafka"] = scenario_kafka(a)
     if "hold" not in skip:
         results["hold"] = scenario_hold_unacked(a.hold_records)
         h = results["hold"]

@@ -1,0 +1,315 @@
+"""The Kafka gateway scenario of bench/run.py: `dafka kafka` against the native path, in the same run.
+
+Per record size, on one cluster (a tower, a store process):
+
+* **native**: run.py's producer role -> the store (``min_acks`` 1), then its
+  consumer role reading the partition back from the store;
+* **through the gateway**: confluent-kafka (librdkafka) producing the same
+  records to the gateway (``acks=all``, ``linger.ms`` 5, idempotence on),
+  then a confluent-kafka consumer reading them from offset 0;
+* **latency**: a confluent-kafka producer paced at ``--kafka-rate`` records/s
+  stamps each record, a confluent-kafka consumer at the end takes the
+  difference (p50, p99, after the first second);
+* **rebalance**: three confluent-kafka members of a group, stable; one
+  leaves, and the time until both others have their new assignment.
+
+Each rate is printed beside the same run's raw pyzmq ceiling and the native
+rate, as ratios, with the CPU per record of the gateway and of the client,
+and the gateway's peak RSS.  The clients run in their own Python, from a
+temporary folder: the checkout's top-level ``kafka/`` would shadow
+kafka-python's package otherwise.  Without confluent-kafka the scenario says
+so and is skipped.
+
+Run alone: ``python3 bench/run.py --only kafka`` (see run.py's --help).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+
+SERVING = re.compile(r"serving Kafka on ([0-9.]+):(\d+)")
+TIMEOUT = 300.0  # seconds one client may take
+
+PRODUCE = """
+import json, os, sys, time
+import confluent_kafka
+bootstrap, topic, n, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                              "enable.idempotence": True, "queue.buffering.max.messages": 1000000})
+value, failed = b"x" * size, []
+p.produce(topic, value, partition=0)
+p.flush(30)
+start, cpu = time.perf_counter(), time.process_time()
+for i in range(n):
+    while True:
+        try:
+            p.produce(topic, value, partition=0, on_delivery=lambda e, m: failed.append(str(e)) if e else None)
+            break
+        except BufferError:
+            p.poll(0.001)
+    if i % 1000 == 0:
+        p.poll(0)
+left = p.flush(120)
+seconds = time.perf_counter() - start
+print(json.dumps({"seconds": seconds, "left": left, "failed": len(failed),
+                  "cpu_us": (time.process_time() - cpu) / n * 1e6}))
+"""
+
+CONSUME = """
+import json, sys, time
+import confluent_kafka
+bootstrap, topic, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                              "fetch.max.bytes": 52428800})
+c.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+got, first, cpu, deadline = 0, None, time.process_time(), time.monotonic() + 120
+while got < n and time.monotonic() < deadline:
+    for m in c.consume(10000, 0.5):
+        if m.error() is None:
+            got += 1
+            if first is None:
+                first = time.perf_counter()
+seconds = time.perf_counter() - (first or time.perf_counter())
+c.close()
+print(json.dumps({"received": got, "seconds": seconds, "cpu_us": (time.process_time() - cpu) / max(got, 1) * 1e6}))
+"""
+
+LATENCY = """
+import json, struct, sys, threading, time
+import confluent_kafka
+bootstrap, topic, rate, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "lat", "enable.auto.commit": False,
+                              "fetch.wait.max.ms": 100})
+p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+p.produce(topic, b"warm", partition=0)
+p.flush(30)
+c.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_END)])
+c.consume(1, 1.0)
+n = int(rate * seconds)
+
+def send():
+    start = time.perf_counter()
+    for i in range(n):
+        while time.perf_counter() < start + i / rate:
+            time.sleep(0.0002)
+        p.produce(topic, struct.pack(">d", time.time()) + b"x" * 92, partition=0)
+        p.poll(0)
+    p.flush(30)
+
+sender = threading.Thread(target=send)
+sender.start()
+lat, deadline = [], time.monotonic() + seconds + 30
+while len(lat) < n and time.monotonic() < deadline:
+    for m in c.consume(1000, 0.2):
+        if m.error() is None and len(m.value()) == 100:
+            lat.append((time.time() - struct.unpack(">d", m.value()[:8])[0]) * 1000)
+sender.join()
+c.close()
+kept = sorted(lat[rate:] or lat)
+print(json.dumps({"received": len(lat), "sent": n, "p50_ms": kept[len(kept) // 2] if kept else None,
+                  "p99_ms": kept[int(len(kept) * 0.99)] if kept else None}))
+"""
+
+REBALANCE = """
+import json, sys, time
+import confluent_kafka
+bootstrap, topic = sys.argv[1], sys.argv[2]
+owned, changed = [set(), set(), set()], [0.0, 0.0, 0.0]
+
+def member(i):
+    def assign(consumer, partitions):
+        owned[i] |= {p.partition for p in partitions}
+        changed[i] = time.perf_counter()
+
+    def revoke(consumer, partitions):
+        owned[i] -= {p.partition for p in partitions}
+        changed[i] = time.perf_counter()
+
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "rebalance",
+                                  "partition.assignment.strategy": "cooperative-sticky",
+                                  "heartbeat.interval.ms": 200, "session.timeout.ms": 6000})
+    c.subscribe([topic], on_assign=assign, on_revoke=revoke)
+    return c
+
+members = [member(i) for i in range(3)]
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline and not (all(owned) and sum(map(len, owned)) == 6):
+    for m in members:
+        m.poll(0.05)
+stable = all(owned) and sum(map(len, owned)) == 6
+left = time.perf_counter()
+members[2].close()
+while time.monotonic() < deadline and len(owned[0] | owned[1]) < 6:
+    for m in members[:2]:
+        m.poll(0.01)
+ok = stable and len(owned[0] | owned[1]) == 6
+for m in members[:2]:
+    m.close()
+print(json.dumps({"stable": stable, "ok": ok, "seconds": max(changed[:2]) - left if ok else None}))
+"""
+
+
+def available() -> bool:
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _client(code: str, cwd: str, *args: object) -> dict:
+    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"a Kafka client failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
+    return json.loads(lines[-1])
+
+
+class Gateway:
+    """`dafka kafka --port 0` on a run.py Cluster's tower, with its CPU and RSS."""
+
+    def __init__(self, run: ModuleType, cluster, log: Path, partitions: int = 1) -> None:
+        dafka = shutil.which("dafka", path=os.path.dirname(sys.executable)) or shutil.which("dafka")
+        if dafka is None:
+            raise RuntimeError("the dafka command is not installed: pip install .")
+        self.run = run
+        self.log = log
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen([dafka, "kafka", "--port", "0", "--num-partitions", str(partitions),
+                                          "--sub", cluster.tower.sub_endpoint, "--pub", cluster.tower.pub_endpoint],
+                                         stdout=out, stderr=out)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            found = SERVING.findall(log.read_text())
+            if found:
+                self.bootstrap = "%s:%s" % found[-1]
+                break
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        else:
+            found = []
+        if not found:
+            self.close()
+            raise RuntimeError(f"the gateway did not start: {log.read_text()[-500:]}")
+        self.rss = run.RssSampler(self.proc.pid)
+
+    def cpu(self) -> float:
+        return self.run.proc_cpu_seconds(self.proc.pid)
+
+    def close(self) -> None:
+        if getattr(self, "rss", None) is not None:
+            self.rss.stop()
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def run_size(run: ModuleType, records: int, size: int, rate: int, latency_seconds: float, out: dict) -> dict:
+    """Fills ``out`` as it goes: a part that fails leaves the others' figures."""
+    out.update(size=size, records=records)
+    out["ceiling"] = run.ceiling(records, size)["rate"]
+    cluster = run.Cluster()
+    db = tempfile.mkdtemp(prefix="dafka-bench-kafka-")
+    work = tempfile.mkdtemp(prefix="dafka-bench-kafka-clients-")
+    gateway = None
+    try:
+        store = cluster.store(db)
+        time.sleep(1.0)
+        p = run.result_of(cluster.spawn("producer", "--records", str(records), "--size", str(size), "--min-acks", "1"))
+        out["native_produce"] = {"rate": records / p["ack_seconds"], "cpu_us": p.get("cpu_us")}
+        r = run.result_of(cluster.spawn("consumer", "--records", str(records), "--size", str(size),
+                                        "--reset", "earliest"))
+        out["native_catchup"] = {"rate": run.rate_of(r), "cpu_us": r.get("cpu_us")}
+        gateway = Gateway(run, cluster, Path(work) / "gateway.log")
+        topic = f"bench-{size}"
+        before = gateway.cpu()
+        produced = _client(PRODUCE, work, gateway.bootstrap, topic, records, size)
+        out["kafka_produce"] = {"rate": records / produced["seconds"], "client_cpu_us": produced["cpu_us"],
+                                "gateway_cpu_us": (gateway.cpu() - before) / records * 1e6,
+                                "failed": produced["failed"] + produced["left"]}
+        before = gateway.cpu()
+        consumed = _client(CONSUME, work, gateway.bootstrap, topic, records + 1)
+        out["kafka_consume"] = {"rate": consumed["received"] / consumed["seconds"] if consumed["seconds"] else 0.0,
+                                "received": consumed["received"], "client_cpu_us": consumed["cpu_us"],
+                                "gateway_cpu_us": (gateway.cpu() - before) / max(consumed["received"], 1) * 1e6}
+        out["gateway_rss_mib"] = gateway.rss.peak
+        if latency_seconds > 0 and size == 100:
+            out["latency"] = _client(LATENCY, work, gateway.bootstrap, "bench-latency", rate, latency_seconds)
+            gateway.close()
+            gateway = Gateway(run, cluster, Path(work) / "gateway-6.log", partitions=6)
+            out["rebalance"] = _client(REBALANCE, work, gateway.bootstrap, "bench-rebalance")
+        cluster.stop_store(store)
+        return out
+    finally:
+        if gateway is not None:
+            gateway.close()
+        cluster.close()
+        shutil.rmtree(db, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report(results: list[dict]) -> list[str]:
+    lines = ["", "== Kafka gateway (confluent-kafka through `dafka kafka`, against the native path, same run) =="]
+    for r in results:
+        if "error" in r:
+            lines.append(f"  {r['size']} B: did not finish: {r['error']}")
+        if "kafka_consume" not in r:
+            continue
+        ceiling = r["ceiling"]
+        np_, nc = r["native_produce"], r["native_catchup"]
+        kp, kc = r["kafka_produce"], r["kafka_consume"]
+
+        def row(name: str, rate: float, native: float, cpu: str) -> str:
+            return (f"  {r['size']:>5} B  {name:<28} {rate:>10,.0f}/s  {rate / ceiling:5.2f}x ceiling  "
+                    f"{rate / native if native else 0:5.2f}x native  {cpu}")
+
+        lines.append(row("native producer -> store", np_["rate"], np_["rate"], f"producer {np_['cpu_us']:.2f} us"))
+        lines.append(row("kafka producer -> store", kp["rate"], np_["rate"],
+                         f"gateway {kp['gateway_cpu_us']:.2f} us, client {kp['client_cpu_us']:.2f} us"
+                         + (f", {kp['failed']} FAILED" if kp["failed"] else "")))
+        lines.append(row("native catch-up", nc["rate"], nc["rate"], f"consumer {nc['cpu_us']:.2f} us"))
+        lines.append(row("kafka consumer from 0", kc["rate"], nc["rate"],
+                         f"gateway {kc['gateway_cpu_us']:.2f} us, client {kc['client_cpu_us']:.2f} us"
+                         + ("" if kc["received"] >= r["records"] else f", ONLY {kc['received']:,} RECEIVED")))
+        lines.append(f"  {r['size']:>5} B  gateway peak RSS {r['gateway_rss_mib']:.0f} MiB; raw ceiling {ceiling:,.0f}/s")
+        if "latency" in r:
+            lat = r["latency"]
+            lines.append(f"  produce-to-consume at {lat['sent']:,} records: p50 {lat['p50_ms']:.1f} ms, "
+                         f"p99 {lat['p99_ms']:.1f} ms ({lat['received']:,} received)")
+        if "rebalance" in r:
+            rb = r["rebalance"]
+            lines.append("  3-member group, one leaves: " + (f"rebalanced in {rb['seconds'] * 1000:.0f} ms"
+                                                              if rb["ok"] else "DID NOT REBALANCE"))
+    return lines
+
+
+def run_all(run: ModuleType, records: int, sizes: list[int], rate: int = 10_000,
+            latency_seconds: float = 10.0) -> dict:
+    if not available():
+        print("\n== Kafka gateway: skipped (no confluent-kafka: pip install '.[test]') ==")
+        return {}
+    results = []
+    for size in sizes:
+        out: dict = {}
+        results.append(out)
+        try:
+            run_size(run, records, size, rate, latency_seconds, out)
+        except (RuntimeError, subprocess.TimeoutExpired, run.ScenarioFailed) as exc:
+            out.update(size=size, error=str(exc)[-300:])
+    for line in report(results):
+        print(line)
+    return {"kafka": results}
