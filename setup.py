@@ -1,5 +1,5 @@
-"""Builds the optional compiled twins (dafka/extensions.py): dafka/_cpacking.pyx, and dafka/outbox.py
-compiled as dafka._coutbox with the types of dafka/_coutbox.pxd.
+"""Builds the optional compiled twins (dafka/extensions.py): dafka/_cpacking.pyx, dafka/outbox.py
+compiled as dafka._coutbox with the types of dafka/_coutbox.pxd, and kafka/_crecords.pyx (dafka.kafka).
 
 Everything else about the package is in pyproject.toml.  A twin that cannot be
 built (no Cython, no C compiler, a compile error) leaves the package in pure
@@ -16,7 +16,8 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 TWINS = [Extension("dafka._cpacking", ["dafka/_cpacking.pyx"]),
-         Extension("dafka._coutbox", ["dafka/outbox.py"])]  # the pure module itself, typed by _coutbox.pxd
+         Extension("dafka._coutbox", ["dafka/outbox.py"]),  # the pure module itself, typed by _coutbox.pxd
+         Extension("dafka.kafka._crecords", ["kafka/_crecords.pyx"])]  # the Kafka gateway's record codec
 NOTICE = "dafka: the compiled extensions were not built ({}); dafka runs in pure Python, slower"
 
 

@@ -24,7 +24,7 @@ from types import ModuleType
 ENV = "DAFKA_NO_EXTENSIONS"
 DISABLED = os.environ.get(ENV, "") not in ("", "0") or sys.implementation.name != "cpython"
 # The pure-Python modules that have a twin.
-TWINNED = ("dafka.packing", "dafka.outbox")
+TWINNED = ("dafka.packing", "dafka.outbox", "dafka.kafka.records")
 
 def twin(module: str) -> ModuleType | None:
     """The compiled twin of the pure-Python ``module`` (``dafka.packing``:

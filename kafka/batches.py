@@ -14,10 +14,11 @@ from __future__ import annotations
 import gzip
 import struct
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .wire import DecodeError, Reader, uvarint, varint
+from .records import KafkaRecord, encode_records, read_records
+from .wire import DecodeError, uvarint
 
 cramjam: Any
 crc32c: Callable[[bytes | memoryview], int] | None
@@ -42,15 +43,6 @@ XERIAL = b"\x82SNAPPY\x00"
 
 class UnsupportedCompression(DecodeError):
     """A codec this installation lacks (or one Kafka does not define)."""
-
-
-@dataclass
-class KafkaRecord:
-    offset_delta: int
-    timestamp: int  # unix ms
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -176,59 +168,9 @@ def read_batches(data: bytes | memoryview) -> list[Batch]:
             continue
         body = decompress(attributes & 0x07, view[pos + HEADER.size:end])
         out.append(Batch(base, attributes, last_delta, first_ts, max_ts, pid, pepoch, base_seq,
-                         _read_records(body, count, first_ts)))
+                         read_records(body, count, first_ts)))
         pos = end
     return out
-
-
-def _read_records(body: bytes, count: int, first_ts: int) -> list[KafkaRecord]:
-    r = Reader(body)
-    if count < 0 or count > len(body):
-        raise DecodeError(f"{count} records in {len(body)} bytes")
-    records = []
-    for _ in range(count):
-        size = r.varint()
-        start = r.pos
-        r.take(1)  # attributes (unused)
-        ts = first_ts + r.varint()
-        delta = r.varint()
-        n = r.varint()
-        key = bytes(r.take(n)) if n >= 0 else None
-        n = r.varint()
-        value = bytes(r.take(n)) if n >= 0 else None
-        headers = []
-        for _ in range(r.varint()):
-            n = r.varint()
-            try:
-                name = str(r.take(n), "utf-8")
-            except UnicodeDecodeError:
-                raise DecodeError("a header key that is not UTF-8") from None
-            n = r.varint()
-            headers.append((name, bytes(r.take(n)) if n >= 0 else None))
-        if r.pos - start != size:
-            raise DecodeError(f"a record of {r.pos - start} bytes that said {size}")
-        records.append(KafkaRecord(delta, ts, key, value, headers))
-    if r.remaining():
-        raise DecodeError(f"{r.remaining()} bytes after the batch's last record")
-    return records
-
-
-def _encode_record(delta: int, ts_delta: int, key: bytes | None, value: bytes | None,
-                   headers: Sequence[tuple[str, bytes | None]] = ()) -> bytes:
-    parts = [b"\x00", varint(ts_delta), varint(delta)]
-    for blob in (key, value):
-        if blob is None:
-            parts.append(varint(-1))
-        else:
-            parts.append(varint(len(blob)))
-            parts.append(blob)
-    parts.append(varint(len(headers)))
-    for name, hv in headers:
-        raw = name.encode()
-        parts += [varint(len(raw)), raw]
-        parts += [varint(-1)] if hv is None else [varint(len(hv)), hv]
-    body = b"".join(parts)
-    return varint(len(body)) + body
 
 
 def write_batch(base_offset: int, records: Sequence[tuple[int, int, bytes | None, bytes | None]], *,
@@ -240,8 +182,7 @@ def write_batch(base_offset: int, records: Sequence[tuple[int, int, bytes | None
         raise ValueError("a batch holds one record at least")
     first_ts = min(r[1] for r in records)
     max_ts = max(r[1] for r in records)
-    body = b"".join(_encode_record(off - base_offset, ts - first_ts, key, value, headers[i] if headers else ())
-                    for i, (off, ts, key, value) in enumerate(records))
+    body = encode_records(base_offset, first_ts, records, headers)
     body = compress(codec, body)
     last_delta = records[-1][0] - base_offset
     after = struct.pack(">hiqqqhii", codec, last_delta, first_ts, max_ts, producer_id, producer_epoch,

@@ -54,6 +54,8 @@ class Reader:
                 raise DecodeError("a varint runs past the end")
             byte = buf[pos]
             pos += 1
+            if shift == 63 and byte > 1:
+                raise DecodeError("a varint over 64 bits")
             value |= (byte & 0x7F) << shift
             if not byte & 0x80:
                 self.pos = pos

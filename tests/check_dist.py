@@ -29,8 +29,9 @@ WHEEL_FILES = ["dafka/ui/templates/base.html", "dafka/ui/templates/overview.html
 SDIST_NEEDS = ["tox.ini", "pyproject.toml", "CHANGELOG.md", "MANIFEST.in", "tests/conftest.py",
                "tests/data/wire_vectors.txt", "tests/data/store-0.1.0/CURRENT", "tests/faults/faultkit.py",
                "tests/typing/user_code.py", "docs/conf.py", "examples/producer_consumer.py", "rfc/dafka.md",
-               "bench/run.py", ".ci/run", "setup.py", "dafka/_cpacking.pyx", "dafka/_coutbox.pxd"]
-TWINS = ["dafka/_cpacking", "dafka/_coutbox"]  # the compiled twins the wheel holds (setup.py)
+               "bench/run.py", ".ci/run", "setup.py", "dafka/_cpacking.pyx", "dafka/_coutbox.pxd",
+               "kafka/_crecords.pyx"]
+TWINS = ["dafka/_cpacking", "dafka/_coutbox", "dafka/kafka/_crecords"]  # the compiled twins the wheel holds (setup.py)
 NOTICE = "dafka: the compiled extensions were not built"
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
+import os
 import struct
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from dafka.kafka import batches, errors
+from dafka.kafka import batches, errors, records
 from dafka.kafka.mapping import Answer, Appends, Mapping, Reads, TopicView, address_of
 from dafka.kafka.messages import (
     API_VERSIONS, APIS, CREATE_TOPICS, DELETE_GROUPS, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH, FIND_COORDINATOR,
@@ -255,3 +257,59 @@ def test_list_offsets_earliest_latest_and_max_timestamp():
 def test_partition_addresses_are_stable_dafka_producer_addresses():
     assert address_of("t", 0) == address_of("t", 0) != address_of("t", 1) != address_of("u", 1)
     assert len(address_of("t", 0)) == 32
+
+
+def _crecords():
+    try:
+        return importlib.import_module("dafka.kafka._crecords")
+    except ImportError:
+        if os.environ.get("DAFKA_EXPECT_EXTENSIONS") is not None:
+            raise  # tox built the wheel with its twins: a missing one fails
+        pytest.skip("the compiled twins are not built in this checkout (python setup.py build_ext --inplace)")
+
+
+def _outcome(fn, *args):
+    try:
+        return "ok", fn(*args)
+    except Exception as exc:
+        return "raised", type(exc)
+
+
+def test_the_record_codec_runs_compiled_or_pure_as_the_run_expects():
+    expected = os.environ.get("DAFKA_EXPECT_EXTENSIONS")
+    compiled = records.read_records is not records.PURE["read_records"]
+    if expected == "compiled":
+        assert compiled
+    elif expected == "pure":
+        assert not compiled
+
+
+ROWS = st.lists(st.tuples(st.integers(0, 2 ** 40), st.integers(0, 2 ** 42), st.none() | st.binary(max_size=40),
+                          st.none() | st.binary(max_size=300)), min_size=1, max_size=30)
+HEADERS = st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=8)), max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ROWS, st.integers(0, 2 ** 40), st.integers(0, 2 ** 42), st.data())
+def test_fuzz_the_compiled_record_codec_gives_what_the_pure_one_gives(rows, base, first_ts, data):
+    twin = _crecords()
+    headers = data.draw(st.none() | st.lists(HEADERS, min_size=len(rows), max_size=len(rows)))
+    pure_body = _outcome(records.PURE["encode_records"], base, first_ts, rows, headers)
+    assert _outcome(twin.encode_records, base, first_ts, rows, headers) == pure_body
+    if pure_body[0] == "ok":
+        body = pure_body[1]
+        assert twin.read_records(body, len(rows), first_ts) == records.PURE["read_records"](body, len(rows), first_ts)
+        cut = data.draw(st.integers(0, len(body)))
+        flip = data.draw(st.integers(0, 255))
+        damaged = body[:cut] + bytes([flip]) + body[cut + 1:]
+        for count in (len(rows), len(rows) + 1, max(0, len(rows) - 1)):
+            assert _outcome(twin.read_records, damaged, count, first_ts) == \
+                _outcome(records.PURE["read_records"], damaged, count, first_ts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.integers(-1, 20), st.integers(-(2 ** 63), 2 ** 63 - 1))
+def test_fuzz_the_compiled_record_decoder_on_any_bytes(body, count, first_ts):
+    twin = _crecords()
+    assert _outcome(twin.read_records, body, count, first_ts) == \
+        _outcome(records.PURE["read_records"], body, count, first_ts)
