@@ -297,6 +297,40 @@ def test_back_pressure_releases_in_order_when_a_store_acks(tower):
         fake.close()
 
 
+def test_send_many_publishes_a_burst_at_once_and_waits_for_room_without_blocking_the_loop(tower):
+    fake = RawPeer(tower, STORE, [])
+    config = loopback_config(tower, producer__max_unacked=4)
+
+    async def main():
+        async with AsyncProducer("many", config) as producer:
+            assert await producer.send_many([b"a", b"b", b"c"], keys=[b"k", None, b"k"]) == 0
+            waiting = asyncio.create_task(producer.send_many([b"d", b"e"]))  # 3 + 2 > 4: waits for acks
+            ticks = 0
+            while ticks < 5:  # the loop runs meanwhile
+                await asyncio.sleep(0.02)
+                ticks += 1
+            assert not waiting.done() and producer.stats()["sent"] == 3
+            fake.wait_subscribed(b"K" + producer.address.encode())
+            fake.send(proto.AckMsg(producer.address, "many", 1))
+            assert await asyncio.wait_for(waiting, 5) == 3
+            burst = asyncio.create_task(producer.send_many([b"%d" % i for i in range(10)]))  # > the buffer
+            acked = 4
+            while not burst.done():  # it goes record by record, as the acks make room
+                await asyncio.sleep(0.02)
+                if producer.next_offset - 1 > acked:
+                    acked = producer.next_offset - 1
+                    fake.send(proto.AckMsg(producer.address, "many", acked))
+            assert burst.result() == 5
+            fake.send(proto.AckMsg(producer.address, "many", 14))
+            await producer.flush(timeout=5)
+            assert producer.next_offset == 15
+
+    try:
+        run(main())
+    finally:
+        fake.close()
+
+
 def test_send_futures_work_awaited_or_not_in_any_order_and_with_asyncio_functions(tower):
     """The asyncio Future behind a SendFuture is made only when needed; every
     way of looking at it agrees, whatever the order."""
