@@ -45,10 +45,15 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option("--max-request-bytes", type=click.IntRange(min=1024), default=100 * 1024 * 1024, show_default=True,
               metavar="BYTES", help="The largest request accepted (Kafka's socket.request.max.bytes); a larger "
                                     "one closes its connection.")
+@click.option("--initial-rebalance-delay-ms", type=click.IntRange(min=0), default=3000, show_default=True,
+              metavar="MS", help="How long an empty group's first rebalance waits for more members (Kafka's "
+                                 "group.initial.rebalance.delay.ms): members that start together share the first "
+                                 "generation.")
 @common_options(pub_help="The tower's XPUB (beacon/pub_address).", sub_help="The tower's XSUB (beacon/sub_address).",
                 metrics=True)
 def kafka(port: int, address: str, advertise: tuple[str, int] | None, num_partitions: int, no_auto_create: bool,
-          max_request_bytes: int, config_path: str | None, pub: str | None, sub: str | None, sets: list,
+          max_request_bytes: int, initial_rebalance_delay_ms: int, config_path: str | None, pub: str | None,
+          sub: str | None, sets: list,
           verbose: bool, tower_timeout_ms: int, metrics_port: int | None, metrics_address: str) -> None:
     """Serve the Kafka protocol: Kafka clients (librdkafka and kcat,
     confluent-kafka, kafka-python, aiokafka...) produce to and fetch from the
@@ -78,7 +83,8 @@ def kafka(port: int, address: str, advertise: tuple[str, int] | None, num_partit
     stop = stop_event_on_signals()
     collector = serve_metrics(metrics_port, metrics_address)
     gateway = KafkaGateway(config, address=address, port=port, advertise=advertise, num_partitions=num_partitions,
-                           auto_create=not no_auto_create, max_request_bytes=max_request_bytes)
+                           auto_create=not no_auto_create, max_request_bytes=max_request_bytes,
+                           initial_rebalance_delay=initial_rebalance_delay_ms / 1000.0)
 
     async def main() -> None:
         try:

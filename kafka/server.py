@@ -46,7 +46,7 @@ from .idempotence import APPEND, DUPLICATE
 from .mapping import (
     Answer, Appends, Commit, Create, Mapping, Reads, Replies, TopicView, address_of, index_of,
 )
-from .messages import Request, read_request, response_frame, unsupported_api_versions
+from .messages import PRODUCE, Request, read_request, response_frame, unsupported_api_versions
 from .wire import DecodeError
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,8 @@ TICK_SECONDS = 0.05  # how often group timeouts are checked
 LOAD_SECONDS = 5.0  # how long reading a group's last commit record back may take
 SURVEY_SECONDS = 1.0  # how long a new topic's survey listens for the stores' heads
 BUFFER_RECORDS = 50_000  # records a connection keeps per partition between two Fetches
-FETCH_POLL_MS = 5  # how long one read of the connection's consumer waits while a Fetch long-polls
+PIPELINE = 64  # Produce requests of one connection in flight at most (the next one waits to be read)
+PUMP_WAIT_MS = 100  # how long one read of a connection's consumer waits for records
 _SIZE = struct.Struct(">i")
 
 Row = tuple[int, int, bytes | None, bytes | None]  # offset, unix ms, key, value
@@ -79,57 +80,88 @@ class _PartitionBuffer:
 
 
 class _Reader:
-    """One connection's reads: a dafka consumer and what it delivered, by (topic, partition address)."""
+    """One connection's reads: a dafka consumer, and what it delivered, by (topic, partition address).
+
+    A task pumps the consumer all along (its loop runs in ``getmany``), so the catch-up from the stores
+    goes on between two Fetches and a live record is in the buffer when it comes; it pauses while a
+    partition's buffer holds :data:`BUFFER_RECORDS` the client has not fetched past."""
 
     def __init__(self, config: Config) -> None:
         self.consumer: AsyncConsumer[bytes] = AsyncConsumer(config=config.with_overrides(
             {"consumer/offset/reset": "earliest"}, source="kafka gateway"))
         self.buffers: dict[tuple[str, str], _PartitionBuffer] = {}
         self.topics: set[str] = set()
+        self.arrived = asyncio.Event()  # set when the pump buffered records
+        self._room = asyncio.Event()
+        self._room.set()
+        self._pump: asyncio.Task[None] | None = None
 
     def want(self, topic: str, address: str, offset: int) -> _PartitionBuffer:
         if topic not in self.topics:
             self.topics.add(topic)
             self.consumer.subscribe(topic)
+        if self._pump is None:
+            self._pump = asyncio.ensure_future(self._run())
         buf = self.buffers.setdefault((topic, address), _PartitionBuffer())
         if buf.rows and buf.rows[0][0] <= offset <= buf.rows[-1][0] + 1:
             while buf.rows and buf.rows[0][0] < offset:
                 buf.rows.popleft()
-            return buf
-        if buf.next != offset:
+        elif buf.next != offset:
             buf.rows.clear()
             buf.next = offset
             self.consumer.seek(address, offset, topic=topic)
+        if len(buf.rows) < BUFFER_RECORDS:
+            self._room.set()
         return buf
 
-    async def pump(self, timeout_ms: int) -> None:
-        got = await self.consumer.getmany(timeout_ms=timeout_ms)
-        now = int(time.time() * 1000)
-        for (topic, address), records in got.items():
-            buf = self.buffers.get((topic, address))
-            if buf is None:
+    async def _run(self) -> None:
+        buffers = self.buffers
+        while True:
+            await self._room.wait()
+            got = await self.consumer.getmany(timeout_ms=PUMP_WAIT_MS)
+            if not got:
                 continue
-            for r in records:
-                if r.offset == buf.next:
-                    buf.rows.append((r.offset, now, getattr(r, "key", None), r.value))
-                    buf.next = r.offset + 1
-            while len(buf.rows) > BUFFER_RECORDS:
-                buf.rows.popleft()
+            now = int(time.time() * 1000)
+            for (topic, address), records in got.items():
+                buf = buffers.get((topic, address))
+                if buf is None:
+                    continue
+                rows, expected = buf.rows, buf.next
+                for r in records:
+                    if r.offset == expected:
+                        rows.append((expected, now, r.key, r.value))
+                        expected += 1
+                buf.next = expected
+                if len(rows) >= BUFFER_RECORDS:
+                    self._room.clear()
+            self.arrived.set()
+
+    async def wait(self, seconds: float) -> None:
+        """Until the pump buffers more, or ``seconds``."""
+        self.arrived.clear()
+        try:
+            await asyncio.wait_for(self.arrived.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
 
     async def close(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel()
+            await asyncio.gather(self._pump, return_exceptions=True)
         await self.consumer.stop()
 
 
 class KafkaGateway:
     def __init__(self, config: Config, *, address: str = "127.0.0.1", port: int = 9092,
                  advertise: tuple[str, int] | None = None, num_partitions: int = 1, auto_create: bool = True,
-                 max_request_bytes: int = 100 * 1024 * 1024) -> None:
+                 max_request_bytes: int = 100 * 1024 * 1024, initial_rebalance_delay: float = 3.0) -> None:
         self.config = config
         self.address, self.port = address, port
         self.advertise = advertise
         self.max_request_bytes = max_request_bytes
         self.num_partitions = num_partitions
         self.auto_create = auto_create
+        self.initial_rebalance_delay = initial_rebalance_delay
         self.mapping: Mapping | None = None
         self.counters = Counters()
         self.producers: dict[tuple[str, int], AsyncProducer[bytes]] = {}
@@ -147,7 +179,8 @@ class KafkaGateway:
         self.port = bound[1]
         host, port = self.advertise or (self.address, self.port)
         self.mapping = Mapping(host, port, auto_create=self.auto_create, num_partitions=self.num_partitions,
-                               max_request_records_bytes=self.max_request_bytes)
+                               max_request_records_bytes=self.max_request_bytes,
+                               initial_rebalance_delay=self.initial_rebalance_delay)
         self._ticker = asyncio.ensure_future(self._tick())
         log.info("kafka gateway on %s:%d (advertised %s:%d)", self.address, self.port, host, port)
 
@@ -233,12 +266,18 @@ class KafkaGateway:
     # -- connections -----------------------------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One connection: requests read in order, answered in order.  Produce requests are pipelined (each
+        is published as it comes, and its answer waits for its acks while the next ones are read), as a
+        client with several requests in flight needs: answered one by one, a connection would carry one
+        Produce per store round trip.  Any other request waits until every earlier one is answered."""
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
         self.counters.connections += 1
         peer = writer.get_extra_info("peername")
         fetches: _Reader | None = None
+        answers: asyncio.Queue[tuple[Request, asyncio.Future[bytes | None]]] = asyncio.Queue(PIPELINE)
+        sender = asyncio.ensure_future(self._send_answers(answers, writer))
         try:
             while True:
                 try:
@@ -258,6 +297,12 @@ class KafkaGateway:
                     log.warning("kafka client %s: a malformed request (%s): closed", peer, exc)
                     return
                 self.counters.requests += 1
+                if request.api is PRODUCE and request.body is not None:
+                    await answers.put((request, asyncio.ensure_future(self._answer(request, fetches, peer))))
+                    continue
+                await answers.join()  # every earlier answer is out
+                if sender.done():
+                    return  # it failed: the connection is gone
                 if request.body is None and request.api_key == 18:
                     writer.write(unsupported_api_versions(request.correlation_id))
                     await writer.drain()
@@ -274,8 +319,30 @@ class KafkaGateway:
             return
         finally:
             self._connections.discard(task)
+            sender.cancel()
+            while not answers.empty():
+                answers.get_nowait()[1].cancel()
+            await asyncio.gather(sender, return_exceptions=True)
             if fetches is not None:
                 await fetches.close()
+            writer.close()
+
+    @staticmethod
+    async def _send_answers(answers: asyncio.Queue[tuple[Request, asyncio.Future[bytes | None]]],
+                            writer: asyncio.StreamWriter) -> None:
+        """Write the pipelined answers, in the order of their requests (a failed one closes the connection)."""
+        try:
+            while True:
+                request, answer = await answers.get()
+                try:
+                    body = await answer
+                    if body is not None:
+                        writer.write(response_frame(request.api, request.version, request.correlation_id, body))
+                        await writer.drain()
+                finally:
+                    answers.task_done()
+        except (ConnectionError, DafkaError) as exc:
+            log.warning("kafka connection closed: %s", exc)
             writer.close()
 
     async def _answer(self, request: Request, fetches: _Reader | None, peer: Any = None) -> bytes | None:
@@ -460,7 +527,7 @@ class KafkaGateway:
             found, size = self._take(buffers, reads.max_bytes)
             if size >= max(1, reads.min_bytes) or time.monotonic() >= deadline or not buffers:
                 break
-            await fetches.pump(min(FETCH_POLL_MS, max(1, int((deadline - time.monotonic()) * 1000))))
+            await fetches.wait(deadline - time.monotonic())
         self.counters.records_out += sum(len(v) for v in found.values())
         return mapping.fetch_response(reads, await self._known(list(views), []), found)
 
