@@ -124,6 +124,9 @@ REBALANCE = """
 import json, sys, time
 import confluent_kafka
 bootstrap, topic = sys.argv[1], sys.argv[2]
+creator = confluent_kafka.Producer({"bootstrap.servers": bootstrap})  # consumers do not create topics
+creator.produce(topic, b"x")
+creator.flush(30)
 owned, changed = [set(), set(), set()], [0.0, 0.0, 0.0]
 
 def member(i):
