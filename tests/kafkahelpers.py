@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -52,3 +53,13 @@ def run_client(code: str, cwd: Path, *args: str, timeout: float = 90.0) -> Any:
     proc = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
     return json.loads(proc.stdout.decode().strip().splitlines()[-1])
+
+
+def exactly(sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes from a socket (an AssertionError if the gateway closes it first)."""
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "the gateway closed the connection"
+        data += chunk
+    return data

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from helpers import loopback_config, wait_for
-from kafkahelpers import kcat, start_gateway
+from kafkahelpers import exactly, kcat, start_gateway
 
 from dafka import Consumer
 from dafka.store import Store
@@ -89,17 +89,8 @@ def _request(api_key: int, version: int, correlation: int, body: bytes = b"", cl
 
 
 def _response(sock: socket.socket) -> bytes:
-    size = struct.unpack(">i", _exactly(sock, 4))[0]
-    return _exactly(sock, size)
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "the gateway closed the connection"
-        data += chunk
-    return data
+    size = struct.unpack(">i", exactly(sock, 4))[0]
+    return exactly(sock, size)
 
 
 def test_an_unsupported_api_versions_gets_v0_with_unsupported_version_and_a_malformed_request_closes_its_connection(

@@ -11,7 +11,7 @@ import struct
 import pytest
 
 from helpers import loopback_config
-from kafkahelpers import kcat, run_client, start_gateway
+from kafkahelpers import exactly, kcat, run_client, start_gateway
 
 from dafka.kafka import errors
 from dafka.kafka.batches import write_batch
@@ -192,19 +192,10 @@ def _call(sock: socket.socket, api, version: int, body: dict, correlation: int) 
     api.request.write_version(out, body, False, version)
     frame = b"".join(out)
     sock.sendall(struct.pack(">i", len(frame)) + frame)
-    size = struct.unpack(">i", _exactly(sock, 4))[0]
-    answer = _exactly(sock, size)
+    size = struct.unpack(">i", exactly(sock, 4))[0]
+    answer = exactly(sock, size)
     assert struct.unpack_from(">i", answer)[0] == correlation
     return api.response.read_version(Reader(answer[4:]), False, version)
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "the gateway closed the connection"
-        data += chunk
-    return data
 
 
 def test_a_retried_idempotent_batch_gets_its_first_answer_and_is_stored_once(cluster, processes, tmp_path):

@@ -9,6 +9,8 @@ import struct
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from test_extensions import outcome as call
+
 from dafka.kafka import batches, errors, records
 from dafka.kafka.mapping import Answer, Appends, Mapping, Reads, TopicView, address_of
 from dafka.kafka.messages import (
@@ -268,13 +270,6 @@ def _crecords():
         pytest.skip("the compiled twins are not built in this checkout (python setup.py build_ext --inplace)")
 
 
-def _outcome(fn, *args):
-    try:
-        return "ok", fn(*args)
-    except Exception as exc:
-        return "raised", type(exc)
-
-
 def test_the_record_codec_runs_compiled_or_pure_as_the_run_expects():
     expected = os.environ.get("DAFKA_EXPECT_EXTENSIONS")
     compiled = records.read_records is not records.PURE["read_records"]
@@ -294,8 +289,8 @@ HEADERS = st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size
 def test_fuzz_the_compiled_record_codec_gives_what_the_pure_one_gives(rows, base, first_ts, data):
     twin = _crecords()
     headers = data.draw(st.none() | st.lists(HEADERS, min_size=len(rows), max_size=len(rows)))
-    pure_body = _outcome(records.PURE["encode_records"], base, first_ts, rows, headers)
-    assert _outcome(twin.encode_records, base, first_ts, rows, headers) == pure_body
+    pure_body = call(records.PURE["encode_records"], base, first_ts, rows, headers)
+    assert call(twin.encode_records, base, first_ts, rows, headers) == pure_body
     if pure_body[0] == "ok":
         body = pure_body[1]
         assert twin.read_records(body, len(rows), first_ts) == records.PURE["read_records"](body, len(rows), first_ts)
@@ -303,13 +298,13 @@ def test_fuzz_the_compiled_record_codec_gives_what_the_pure_one_gives(rows, base
         flip = data.draw(st.integers(0, 255))
         damaged = body[:cut] + bytes([flip]) + body[cut + 1:]
         for count in (len(rows), len(rows) + 1, max(0, len(rows) - 1)):
-            assert _outcome(twin.read_records, damaged, count, first_ts) == \
-                _outcome(records.PURE["read_records"], damaged, count, first_ts)
+            assert call(twin.read_records, damaged, count, first_ts) == \
+                call(records.PURE["read_records"], damaged, count, first_ts)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=200), st.integers(-1, 20), st.integers(-(2 ** 63), 2 ** 63 - 1))
 def test_fuzz_the_compiled_record_decoder_on_any_bytes(body, count, first_ts):
     twin = _crecords()
-    assert _outcome(twin.read_records, body, count, first_ts) == \
-        _outcome(records.PURE["read_records"], body, count, first_ts)
+    assert call(twin.read_records, body, count, first_ts) == \
+        call(records.PURE["read_records"], body, count, first_ts)
