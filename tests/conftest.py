@@ -143,6 +143,12 @@ def db(pg, request):
 
     pg.sql(TABLES, dbname=name)
     yield name
+    # A slot stays active until its walsender has seen its client go, which comes after the client closed
+    # (CI: "replication slot dafka_busy is active for PID 1952"): wait for it, as long as 10 s.
+    deadline = time.monotonic() + 10
+    while pg.sql("SELECT 1 FROM pg_replication_slots WHERE database = %s AND active", params=(name,)) and \
+            time.monotonic() < deadline:
+        time.sleep(0.05)
     for (slot,) in pg.sql("SELECT slot_name FROM pg_replication_slots WHERE database = %s", params=(name,)):
         pg.sql("SELECT pg_drop_replication_slot(%s)", params=(slot,))
     pg.sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
