@@ -97,6 +97,7 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dafka_kafka_malformed": ("counter", "Kafka requests a gateway could not parse (their connection closed)", ()),
     "dafka_kafka_records_in": ("counter", "records Kafka producers wrote through a gateway", ()),
     "dafka_kafka_records_out": ("counter", "records a gateway returned to Kafka consumers", ()),
+    "dafka_kafka_duplicates": ("counter", "idempotent batches a gateway answered again without storing them twice", ()),
     "dafka_unlabelled_partitions": ("gauge", "partitions left out of a per-partition metric by the cap", ("metric",)),
 }
 
@@ -308,7 +309,7 @@ def _mirror(mirror: Any, families: _Families, cap: int) -> None:
 def _kafka_gateway(gateway: Any, families: _Families, cap: int) -> None:
     c = gateway.counters
     base = {"role": "kafka", "peer": f"{gateway.address}:{gateway.port}"}
-    for name in ("connections", "requests", "malformed", "records_in", "records_out"):
+    for name in ("connections", "requests", "malformed", "records_in", "records_out", "duplicates"):
         families.add(f"dafka_kafka_{name}", base, getattr(c, name))
     for producer in list(gateway.producers.values()):
         _producer(producer._producer, families, cap)

@@ -10,7 +10,8 @@ import struct
 
 import pytest
 
-from helpers import loopback_config
+from helpers import free_port, loopback_config
+from test_metrics import scrape, total
 from kafkahelpers import exactly, kcat, run_client, start_gateway
 
 from dafka.kafka import errors
@@ -203,7 +204,8 @@ def test_a_retried_idempotent_batch_gets_its_first_answer_and_is_stored_once(clu
     again. The gateway answers with the offset the first one got and appends nothing; a gap in the
     sequence is refused."""
     tower, _ = cluster
-    _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log")
+    metrics = free_port()
+    _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--metrics-port", str(metrics))
     host, port = bootstrap.split(":")
 
     def produce(sock, seq: int, values: list[bytes], correlation: int) -> tuple[int, int]:
@@ -225,6 +227,7 @@ def test_a_retried_idempotent_batch_gets_its_first_answer_and_is_stored_once(clu
         assert produce(sock, 9, [b"c0"], 6)[0] == errors.OUT_OF_ORDER_SEQUENCE_NUMBER
     read = kcat("-b", bootstrap, "-C", "-t", "idem", "-e", "-f", "%s %o\n")
     assert read.stdout.decode().splitlines() == ["a0 0", "a1 1", "a2 2", "b0 3", "b1 4"]
+    assert total(scrape(metrics), "dafka_kafka_duplicates_total") == 2
 
 
 CONFLUENT_ADMIN = """
