@@ -213,6 +213,24 @@ class KafkaGateway:
             except DafkaError as exc:
                 log.warning("closing %s: %s", producer.address, exc)
 
+    # -- what metrics read (from another thread: copies, no iteration over live dicts) -----------
+
+    def group_members(self) -> dict[str, int]:
+        """Members of each Kafka group the gateway coordinates."""
+        assert self.mapping is not None
+        return {name: len(group.members) for name, group in list(self.mapping.coordinator.groups.items())}
+
+    def group_lags(self) -> list[tuple[str, str, int, int]]:
+        """(group, topic, Kafka partition, records after the group's commit) for every commit kept."""
+        assert self.mapping is not None
+        out = []
+        for group, offsets in list(self.mapping.offsets.items()):
+            for (topic, index), (offset, _) in list(offsets.items()):
+                producer = self.producers.get((topic, index))
+                if producer is not None and offset >= 0:
+                    out.append((group, topic, index, max(0, producer.next_offset - offset)))
+        return out
+
     # -- topics ----------------------------------------------------------------------------
 
     async def _known(self, names: list[str] | None, create: list[str]) -> dict[str, TopicView]:

@@ -64,7 +64,9 @@ def cluster(tower, tmp_path):
 
 def test_kafka_python_produces_idempotently_and_a_group_reads_commits_and_resumes(cluster, processes, tmp_path):
     tower, _ = cluster
-    _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--num-partitions", "2")
+    metrics = free_port()
+    _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--num-partitions", "2",
+                                 "--metrics-port", str(metrics))
     produced = run_client(KAFKA_PYTHON_PRODUCE, tmp_path, bootstrap, "kp", "200")
     assert produced["idempotent"] is True
     by_partition: dict[int, list[int]] = {}
@@ -75,7 +77,10 @@ def test_kafka_python_produces_idempotently_and_a_group_reads_commits_and_resume
     first = run_client(KAFKA_PYTHON_GROUP, tmp_path, bootstrap, "kp", "g1", "200")
     assert sorted(v for _, _, v in first["got"]) == sorted(f"v{i}" for i in range(200))
     assert first["committed"] == {str(p): len(o) for p, o in by_partition.items()}
+    assert total(scrape(metrics), "dafka_kafka_group_lag", group="g1") == 0
     run_client(KAFKA_PYTHON_PRODUCE, tmp_path, bootstrap, "kp", "10")
+    assert total(scrape(metrics), "dafka_kafka_group_lag", group="g1") == 10  # what the group has not read
+    assert total(scrape(metrics), "dafka_kafka_group_members", group="g1") == 0  # it closed: it left
     again = run_client(KAFKA_PYTHON_GROUP, tmp_path, bootstrap, "kp", "g1", "10")
     assert sorted(v for _, _, v in again["got"]) == sorted(f"v{i}" for i in range(10))  # only the new ones
     assert sum(again["committed"].values()) == 210
