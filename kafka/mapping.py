@@ -34,7 +34,8 @@ from .batches import Batch
 from .groups import Coordinator
 from .idempotence import Sequences
 from .messages import (
-    API_VERSIONS, CREATE_TOPICS, DELETE_GROUPS, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH, FIND_COORDINATOR, HEARTBEAT,
+    API_VERSIONS, CREATE_TOPICS, DELETE_GROUPS, DELETE_TOPICS, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH,
+    FIND_COORDINATOR, HEARTBEAT,
     INIT_PRODUCER_ID, JOIN_GROUP, LEAVE_GROUP, LIST_GROUPS, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH,
     PRODUCE, SYNC_GROUP, Request, api_versions_body, encode_body,
 )
@@ -221,6 +222,11 @@ class Mapping:
                           group_codes=codes)
         if api is CREATE_TOPICS:
             return self.create_topics(request, topics)
+        if api is DELETE_TOPICS:  # a dafka topic is its partitions' producers and the stores' records
+            return Answer(request, encode_body(api, request.version, {"throttle_time_ms": 0, "responses": [
+                {"name": name, "error_code": errors.TOPIC_DELETION_DISABLED,
+                 "error_message": "dafka does not delete topics: the stores' retention (store/retention/*) "
+                                  "removes their records"} for name in body["topic_names"]]}))
         assert api is DESCRIBE_CONFIGS
         return Answer(request, self.describe_configs(request, topics))
 

@@ -221,6 +221,13 @@ CREATE_TOPICS = Api(
         F("name", STRING), F("error_code", INT16), F("error_message", NULLABLE_STRING, 1))))),
 )
 
+DELETE_TOPICS = Api(
+    20, "DeleteTopics", 1, 5, 4,
+    Struct(F("topic_names", Array(STRING)), F("timeout_ms", INT32)),
+    Struct(F("throttle_time_ms", INT32), F("responses", Array(Struct(
+        F("name", STRING), F("error_code", INT16), F("error_message", NULLABLE_STRING, 5))))),
+)
+
 DESCRIBE_CONFIGS = Api(
     32, "DescribeConfigs", 0, 3, 4,
     Struct(F("resources", Array(Struct(F("resource_type", INT8), F("resource_name", STRING),
@@ -239,7 +246,7 @@ DESCRIBE_CONFIGS = Api(
 APIS: dict[int, Api] = {api.key: api for api in (
     API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS, FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP, HEARTBEAT,
     LEAVE_GROUP, OFFSET_COMMIT, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, INIT_PRODUCER_ID,
-    CREATE_TOPICS, DESCRIBE_CONFIGS)}
+    CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS)}
 
 
 @dataclass

@@ -279,6 +279,11 @@ config = admin.describe_configs([ConfigResource("topic", "made")])
 entries = list(config.values())[0].result(10)
 out["cleanup.policy"] = entries["cleanup.policy"].value
 out["deleted"] = [f.result(10) is None for f in admin.delete_consumer_groups(["adm"]).values()]
+try:
+    admin.delete_topics(["made"])["made"].result(10)
+    out["delete_topic"] = "ok"
+except confluent_kafka.KafkaException as exc:
+    out["delete_topic"] = [exc.args[0].name(), exc.args[0].str()]
 print(json.dumps(out))
 """
 
@@ -294,6 +299,7 @@ def test_confluent_kafkas_admin_client_creates_topics_lists_describes_and_delete
     assert "adm" in out["listed"] and out["members"] == 1 and "STABLE" in out["state"]
     assert out["cleanup.policy"] == "delete"
     assert out["deleted"] == [True]
+    assert out["delete_topic"][0] == "TOPIC_DELETION_DISABLED"  # (librdkafka asks DeleteTopics v4: no message)
 
 
 def test_two_kcat_group_members_split_the_partitions_and_read_every_record_once(cluster, processes, tmp_path):

@@ -14,7 +14,7 @@ from test_extensions import outcome as call
 from dafka.kafka import batches, errors, records
 from dafka.kafka.mapping import Answer, Appends, Mapping, Reads, TopicView, address_of
 from dafka.kafka.messages import (
-    API_VERSIONS, APIS, CREATE_TOPICS, DELETE_GROUPS, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH, FIND_COORDINATOR,
+    API_VERSIONS, APIS, CREATE_TOPICS, DELETE_GROUPS, DELETE_TOPICS, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH, FIND_COORDINATOR,
     HEARTBEAT, INIT_PRODUCER_ID, JOIN_GROUP, LEAVE_GROUP, LIST_GROUPS, LIST_OFFSETS, METADATA, OFFSET_COMMIT,
     OFFSET_FETCH, PRODUCE, SYNC_GROUP, read_request, response_frame,
 )
@@ -65,6 +65,7 @@ def test_every_served_version_of_every_request_round_trips():
                                "producer_epoch": -1},
         CREATE_TOPICS.key: {"topics": [{"name": "t", "num_partitions": 2, "replication_factor": -1, "assignments": [],
                                         "configs": []}], "timeout_ms": 1000, "validate_only": False},
+        DELETE_TOPICS.key: {"topic_names": ["t"], "timeout_ms": 1000},
         DESCRIBE_CONFIGS.key: {"resources": [{"resource_type": 2, "resource_name": "t", "configuration_keys": None}],
                                "include_synonyms": False, "include_documentation": False},
     }
