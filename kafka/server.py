@@ -127,10 +127,10 @@ class _Reader:
                 if buf is None:
                     continue
                 rows, expected = buf.rows, buf.next
-                for r in records:
-                    if r.offset == expected:
-                        rows.append((expected, now, r.key, r.value))
-                        expected += 1
+                for r in records:  # in order from the seek on; a compacted partition's skip offsets (rfc 19)
+                    if r.offset >= expected:
+                        rows.append((r.offset, now, r.key, r.value))
+                        expected = r.offset + 1
                 buf.next = expected
                 if len(rows) >= BUFFER_RECORDS:
                     self._room.clear()

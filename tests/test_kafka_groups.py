@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from helpers import free_port, loopback_config
+from helpers import free_port, loopback_config, wait_for
 from test_metrics import scrape, total
 from kafkahelpers import exactly, kcat, run_client, start_gateway
 
@@ -371,3 +371,22 @@ def test_a_gateway_killed_under_load_loses_no_acknowledged_record(cluster, proce
     assert not missing, (len(missing), sorted(missing)[:5])
     print(f"{len(acked):,} acknowledged, {summary['failed']} failed, {len(stored):,} stored "
           f"({len(stored) - len(set(stored))} twice)")
+
+
+@pytest.mark.timeout(120)
+def test_a_compacted_topic_reads_with_its_gaps_as_kafkas_compacted_topics_do(tower, processes, tmp_path, monkeypatch):
+    from dafka.store import cleaner
+
+    monkeypatch.setattr(cleaner, "IDLE_MS", 500)  # compact once the partition is idle for 0.5 s (not 10)
+    store = Store(loopback_config(tower, store__compaction__topics="kc"), db=str(tmp_path / "store")).start()
+    try:
+        _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log")
+        lines = b"".join(b"key%d:v%d\n" % (i % 10, i) for i in range(300))
+        assert kcat("-b", bootstrap, "-P", "-t", "kc", "-K:", "-X", "acks=all", data=lines).returncode == 0
+        wait_for(lambda: store.stats()["compaction_deleted"] >= 290, 60, what="the store compacted")
+        read = kcat("-b", bootstrap, "-C", "-t", "kc", "-e", "-f", "%o %k %s\n", timeout=60)
+        rows = [line.split() for line in read.stdout.decode().splitlines()]
+        assert [int(o) for o, _, _ in rows] == list(range(290, 300))  # the newest of each key, at its offset
+        assert {k: v for _, k, v in rows} == {f"key{i % 10}": f"v{i}" for i in range(290, 300)}
+    finally:
+        store.stop()
