@@ -359,9 +359,15 @@ class KafkaGateway:
                         await writer.drain()
                 finally:
                     answers.task_done()
-        except (ConnectionError, DafkaError) as exc:
-            log.warning("kafka connection closed: %s", exc)
+        except Exception as exc:  # the connection goes; the reader, waiting on the queue, must not wait for ever
+            if isinstance(exc, (ConnectionError, DafkaError)):
+                log.warning("kafka connection closed: %s", exc)
+            else:
+                log.exception("kafka connection closed: answering a request failed")
             writer.close()
+            while not answers.empty():
+                answers.get_nowait()[1].cancel()
+                answers.task_done()
 
     async def _answer(self, request: Request, fetches: _Reader | None, peer: Any = None) -> bytes | None:
         mapping = self.mapping

@@ -390,3 +390,43 @@ def test_a_compacted_topic_reads_with_its_gaps_as_kafkas_compacted_topics_do(tow
         assert {k: v for _, k, v in rows} == {f"key{i % 10}": f"v{i}" for i in range(290, 300)}
     finally:
         store.stop()
+
+
+def test_a_produce_whose_answer_fails_closes_its_connection_and_nothing_waits(tower, monkeypatch):
+    """A failure while a pipelined Produce is answered (a bug) closes that connection, logged; the reader
+    waiting on the queue of answers does not wait for ever, and the gateway serves the next client."""
+    import asyncio
+
+    from dafka.kafka.server import KafkaGateway
+
+    async def main() -> None:
+        gateway = KafkaGateway(loopback_config(tower), port=0)
+        await gateway.start()
+
+        async def broken(*args):
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(gateway, "_produce", broken)
+        monkeypatch.setattr(gateway, "_known", lambda names, create: asyncio.sleep(0, {}))
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+            out = [struct.pack(">hhih", PRODUCE.key, 7, 1, 3), b"raw"]
+            PRODUCE.request.write_version(out, {"transactional_id": None, "acks": -1, "timeout_ms": 1000,
+                                                "topic_data": []}, False, 7)
+            frame = b"".join(out)
+            for _ in range(3):  # pipelined
+                writer.write(struct.pack(">i", len(frame)) + frame)
+            await writer.drain()
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, without an answer
+            writer.close()
+            reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+            out = [struct.pack(">hhih", 18, 0, 9, 3), b"raw"]
+            frame = b"".join(out)
+            writer.write(struct.pack(">i", len(frame)) + frame)
+            size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 10))[0]
+            assert struct.unpack_from(">i", await reader.readexactly(size))[0] == 9  # the next client is served
+            writer.close()
+        finally:
+            await gateway.close()
+
+    asyncio.run(main())
