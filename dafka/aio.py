@@ -597,8 +597,7 @@ class AsyncProducer(Generic[V]):
             return first
         deadline = time.monotonic() + producer.send_timeout
         async with self._room:  # behind the sends already waiting
-            while state.min_acks and state.buffer and (len(state.buffer) + len(raws) > state.max_unacked
-                                                       or state.buffered_bytes + size > state.max_unacked_bytes):
+            while not state.room_for(len(raws), size):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise producer._buffer_full(producer.send_timeout)

@@ -115,6 +115,12 @@ class ProducerState(Outbox):
                 self.batch_keys = {}
             self.batch_keys[seq - self.batch_first] = key
 
+    def room_for(self, n: int, size: int) -> bool:
+        """Whether the unacked buffer takes ``n`` records of ``size`` bytes together now (always when it is
+        empty, or when nothing waits for acks: ``min_acks`` 0)."""
+        return not self.min_acks or not self.buffer or (
+            len(self.buffer) + n <= self.max_unacked and self.buffered_bytes + size <= self.max_unacked_bytes)
+
     def publish_many(self, values: Sequence[bytes], size: int, now: float = 0.0,
                      keys: Sequence[bytes | None] | None = None) -> int:
         """Take all of ``values`` (``size`` bytes in all) if the unacked
@@ -125,9 +131,8 @@ class ProducerState(Outbox):
         (None: none), and ``size`` counts their bytes too."""
         buffer = self.buffer
         n = len(values)
-        if self.min_acks:
-            if buffer and (len(buffer) + n > self.max_unacked or self.buffered_bytes + size > self.max_unacked_bytes):
-                return -1
+        if not self.room_for(n, size):
+            return -1
         seq = self.next_seq
         buffer.extend(values)
         self.buffered_bytes += size

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from functools import lru_cache
 from typing import Any, Hashable
 
 from dafka.peer import partition_address
@@ -56,10 +57,13 @@ def address_of(topic: str, index: int) -> str:
 
 def index_of(topic: str, address: str) -> int | None:
     """The Kafka partition number of a dafka partition of ``topic`` (None: not one the gateways number)."""
-    for index in range(MAX_CREATE_PARTITIONS):
-        if address_of(topic, index) == address:
-            return index
-    return None
+    return _numbering(topic).get(address)
+
+
+@lru_cache(maxsize=256)
+def _numbering(topic: str) -> dict[str, int]:
+    """Every address the gateways may give a partition of ``topic``, to its number (computed once a topic)."""
+    return {address_of(topic, index): index for index in range(MAX_CREATE_PARTITIONS)}
 
 
 @dataclass

@@ -110,8 +110,8 @@ class _Reader:
             buf.rows.clear()
             buf.next = offset
             self.consumer.seek(address, offset, topic=topic)
-        if len(buf.rows) < BUFFER_RECORDS:
-            self._room.set()
+        if all(len(b.rows) < BUFFER_RECORDS for b in self.buffers.values()):
+            self._room.set()  # (the pump stops while any partition's buffer is full)
         return buf
 
     async def _run(self) -> None:
@@ -461,12 +461,15 @@ class KafkaGateway:
         groups = commit.forget or [commit.group]
         for group in groups:
             await self._load(group)
-            if commit.forget:
+            kept: dict[tuple[str, int], tuple[int, str | None]]
+            if commit.forget:  # an empty snapshot: the group's commits are gone
                 self.mapping.offsets.pop(group, None)
-            elif not commit.offsets:
+                kept = {}
+            elif commit.offsets:
+                kept = self.mapping.offsets.setdefault(group, {})
+                kept.update(commit.offsets)
+            else:
                 continue
-            kept = self.mapping.offsets.setdefault(group, {}) if not commit.forget else {}
-            kept.update(commit.offsets)
             snapshot = {(t, address_of(t, i)): offset for (t, i), (offset, _) in kept.items() if offset >= 0}
             producer = await self._offsets_producer(group)
             try:
@@ -523,7 +526,7 @@ class KafkaGateway:
             self.counters.records_in += count
             if key not in results:
                 results[key] = (0, first)
-            waits.append((key, SendFuture(producer, first + len(append.batch.records) - 1)))
+            waits.append((key, SendFuture(producer, first + count - 1)))
         if appends.acks == -1:
             for key, future in waits:
                 try:
