@@ -63,7 +63,9 @@ def kafka(port: int, address: str, advertise: tuple[str, int] | None, num_partit
     partition named kafka:T:N (dafka.partition_address), which the gateway
     produces as a resumed producer: offsets go on across restarts. Offsets
     are dafka offsets, keys dafka keys. acks=all waits for producer/min_acks
-    stores. docs/kafka.md has the mapping and what each client can do.
+    stores. Partitions that dafka producers write follow, at numbers kept in
+    the cluster: Kafka consumers read them, Kafka producers cannot write
+    their topic. docs/kafka.md has the mapping and what each client can do.
 
     \b
     Examples:

@@ -16,6 +16,9 @@ How Kafka's names map to dafka's (docs/kafka.md):
   :func:`partition_name`'s address: the gateway produces it as a resumed
   producer (rfc 15), so its offsets go on across restarts, and any gateway
   gives the same number to the same partition;
+* the partitions dafka producers write follow, read-only, at the numbers
+  :mod:`~.numbering` keeps; a Kafka producer cannot write their topic
+  (:func:`read_only_topic`);
 * offsets are dafka offsets, keys dafka keys (rfc 18);
 * one node (``NODE_ID``) leads every partition, with leader epoch 0, and the
   last stable offset is the high watermark (no transactions).
@@ -68,18 +71,31 @@ def _numbering(topic: str) -> dict[str, int]:
 
 @dataclass
 class TopicView:
-    """What the server knows of a topic: its partitions' heads (-1: empty) and oldest kept offsets."""
+    """What the server knows of a topic: its partitions' heads (-1: empty) and oldest kept offsets, by
+    Kafka partition number, and which dafka partitions they are.  The first ``writable`` are the gateways'
+    own; the others (:mod:`~.numbering`'s foreign partitions) are read-only."""
 
     name: str
-    heads: list[int]  # by Kafka partition number
+    heads: list[int]
     tails: list[int] = field(default_factory=list)
+    addresses: list[str | None] = field(default_factory=list)  # empty: every partition is the gateways'
+    writable: int = -1  # -1: every partition
 
     @property
     def count(self) -> int:
         return len(self.heads)
 
+    @property
+    def foreign(self) -> bool:
+        """Whether some partition is written by a dafka producer, so that Kafka producers cannot write it."""
+        return 0 <= self.writable < self.count
+
     def tail(self, index: int) -> int:
         return self.tails[index] if index < len(self.tails) else 0
+
+    def address(self, index: int) -> str | None:
+        """The dafka address of Kafka partition ``index`` (None: a number no partition holds)."""
+        return self.addresses[index] if self.addresses else address_of(self.name, index)
 
 
 @dataclass
@@ -100,6 +116,7 @@ class Appends:
     # (topic, index) -> error code, for partitions answered without an append
     refused: dict[tuple[str, int], int] = field(default_factory=dict)
     order: list[tuple[str, int]] = field(default_factory=list)
+    messages: dict[tuple[str, int], str] = field(default_factory=dict)  # why, for some of the refused
 
 
 @dataclass
@@ -565,6 +582,10 @@ class Mapping:
                 if view is None or not 0 <= part["index"] < view.count:
                     result.refused[key] = errors.UNKNOWN_TOPIC_OR_PARTITION
                     continue
+                if view.foreign:  # the whole topic, not only its foreign partitions: see read_only_topic
+                    result.refused[key] = errors.INVALID_TOPIC_EXCEPTION
+                    result.messages[key] = read_only_topic(view.name)
+                    continue
                 records = part["records"]
                 if records is None:
                     result.refused[key] = errors.CORRUPT_MESSAGE
@@ -588,13 +609,17 @@ class Mapping:
         return self.produce_response(request, {(t["name"], p["index"]): (code, -1)
                                                for t in request.body["topic_data"] for p in t["partition_data"]})
 
-    def produce_response(self, request: Request, results: dict[tuple[str, int], tuple[int, int]]) -> bytes:
-        """``results``: (topic, index) -> (error code, base offset of the partition's first batch)."""
+    def produce_response(self, request: Request, results: dict[tuple[str, int], tuple[int, int]],
+                         messages: dict[tuple[str, int], str] | None = None) -> bytes:
+        """``results``: (topic, index) -> (error code, base offset of the partition's first batch);
+        ``messages``: why, for some of the refused (Produce 8 and later carry it)."""
         by_topic: dict[str, list[dict[str, Any]]] = {}
+        messages = messages or {}
         for (topic, index), (code, base) in results.items():
             by_topic.setdefault(topic, []).append({"index": index, "error_code": code, "base_offset": base,
                                                    "log_append_time_ms": -1, "log_start_offset": -1,
-                                                   "record_errors": [], "error_message": None})
+                                                   "record_errors": [],
+                                                   "error_message": messages.get((topic, index))})
         body = {"throttle_time_ms": 0,
                 "responses": [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()]}
         return encode_body(PRODUCE, request.version, body)
@@ -639,6 +664,15 @@ class Mapping:
         body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
                 "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
         return encode_body(FETCH, reads.request.version, body)
+
+
+def read_only_topic(topic: str) -> str:
+    """Why a Kafka producer cannot write ``topic``.  Kafka's Metadata has no read-only partitions, and a
+    producer's partitioner (keyed or not) may pick any partition listed: so a topic with a partition that a
+    dafka producer writes is refused whole, at once and for good (a non-retriable error), rather than some of
+    its records being refused now and then (docs/kafka.md, "Topics dafka producers write")."""
+    return (f"topic {topic!r} has partitions that dafka producers write: Kafka consumers read it, Kafka producers "
+            "cannot write it (they write topics whose partitions are all the gateways')")
 
 
 def valid_topic(name: str) -> bool:

@@ -11,8 +11,13 @@ response, one request at a time per connection, as a Kafka broker does.
   :class:`dafka.aio.AsyncConsumer` (reset ``earliest``), subscribed to the
   topics it reads and seeked to each partition's fetch offset; what it
   delivers waits in a per-partition buffer for the next Fetch.
-* A topic is learnt once, by a survey of the cluster (:class:`dafka.survey.StatusPeer`):
-  the partitions whose addresses are the gateway's numbering are its Kafka partitions.
+* A topic is learnt by a survey of the cluster (:class:`dafka.survey.StatusPeer`):
+  the partitions whose addresses are the gateways' numbering are its writable Kafka
+  partitions; the others, written by dafka producers, follow them at the numbers
+  the registry keeps (:mod:`~.numbering`), read-only.  A survey of the whole
+  cluster every :data:`RESURVEY_SECONDS` finds new partitions and topics, and
+  the heads of the foreign partitions (which the readers also move on as records
+  come).
 * Groups: :class:`~.groups.Coordinator` in the mapping; a JoinGroup or
   SyncGroup waits on a future that the answer of another member's request,
   or a timeout (a tick task), resolves.  A group's commits are kept in the
@@ -46,6 +51,7 @@ from .idempotence import APPEND, DUPLICATE
 from .mapping import (
     Answer, Appends, Commit, Create, Mapping, Reads, Replies, TopicView, address_of, index_of,
 )
+from .numbering import REGISTRY_NAME, REGISTRY_TOPIC, Numbers, decode_entry
 from .messages import PRODUCE, Request, read_request, response_frame, unsupported_api_versions
 from .wire import DecodeError
 
@@ -55,12 +61,15 @@ GATEWAY_MEMBER = "kafka-gateway"  # the member named in the commit records the g
 TICK_SECONDS = 0.05  # how often group timeouts are checked
 LOAD_SECONDS = 5.0  # how long reading a group's last commit record back may take
 SURVEY_SECONDS = 1.0  # how long a new topic's survey listens for the stores' heads
+RESURVEY_SECONDS = 5.0  # the pause between two surveys of the whole cluster
+KEEP_SECONDS = 10.0  # how long a registry entry may take to be acked
 BUFFER_RECORDS = 50_000  # records a connection keeps per partition between two Fetches
 PIPELINE = 64  # Produce requests of one connection in flight at most (the next one waits to be read)
 PUMP_WAIT_MS = 100  # how long one read of a connection's consumer waits for records
 _SIZE = struct.Struct(">i")
 
 Row = tuple[int, int, bytes | None, bytes | None]  # offset, unix ms, key, value
+Heads = dict[str, dict[str, int]]  # topic -> partition address -> head (-1: none known)
 
 
 @dataclass
@@ -86,9 +95,10 @@ class _Reader:
     goes on between two Fetches and a live record is in the buffer when it comes; it pauses while a
     partition's buffer holds :data:`BUFFER_RECORDS` the client has not fetched past."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, heads: dict[tuple[str, str], int]) -> None:
         self.consumer: AsyncConsumer[bytes] = AsyncConsumer(config=config.with_overrides(
             {"consumer/offset/reset": "earliest"}, source="kafka gateway"))
+        self.heads = heads  # the gateway's, moved on as records come (a foreign partition's head)
         self.buffers: dict[tuple[str, str], _PartitionBuffer] = {}
         self.topics: set[str] = set()
         self.arrived = asyncio.Event()  # set when the pump buffered records
@@ -115,7 +125,7 @@ class _Reader:
         return buf
 
     async def _run(self) -> None:
-        buffers = self.buffers
+        buffers, heads = self.buffers, self.heads
         while True:
             await self._room.wait()
             got = await self.consumer.getmany(timeout_ms=PUMP_WAIT_MS)
@@ -132,6 +142,8 @@ class _Reader:
                         rows.append((r.offset, now, r.key, r.value))
                         expected = r.offset + 1
                 buf.next = expected
+                if expected > heads.get((topic, address), -1) + 1:
+                    heads[(topic, address)] = expected - 1
                 if len(rows) >= BUFFER_RECORDS:
                     self._room.clear()
             self.arrived.set()
@@ -172,6 +184,14 @@ class KafkaGateway:
         self._ticker: asyncio.Task[None] | None = None
         self._offset_producers: dict[str, AsyncProducer[bytes]] = {}
         self._loaded: dict[str, asyncio.Future[None]] = {}  # groups whose commits were read back
+        self.numbers = Numbers()
+        self.foreign_heads: dict[tuple[str, str], int] = {}  # (topic, address) -> head, of foreign partitions
+        self.cluster_topics: Heads = {}  # the last survey of the whole cluster
+        self._surveyed = asyncio.Event()
+        self._watcher: asyncio.Task[None] | None = None
+        self._registry: AsyncProducer[bytes] | None = None
+        self._registry_read: asyncio.Future[list[bytes]] | None = None
+        self._numbering = asyncio.Lock()
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self.address, self.port, limit=2 ** 20)
@@ -182,6 +202,7 @@ class KafkaGateway:
                                max_request_records_bytes=self.max_request_bytes,
                                initial_rebalance_delay=self.initial_rebalance_delay)
         self._ticker = asyncio.ensure_future(self._tick())
+        self._watcher = asyncio.ensure_future(self._watch())
         log.info("kafka gateway on %s:%d (advertised %s:%d)", self.address, self.port, host, port)
 
     async def _tick(self) -> None:
@@ -202,12 +223,14 @@ class KafkaGateway:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        if self._ticker is not None:
-            self._ticker.cancel()
+        for task in (self._ticker, self._watcher):
+            if task is not None:
+                task.cancel()
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
-        for producer in [*self.producers.values(), *self._offset_producers.values()]:
+        registry = [self._registry] if self._registry is not None else []
+        for producer in [*self.producers.values(), *self._offset_producers.values(), *registry]:
             try:
                 await producer.stop()
             except DafkaError as exc:
@@ -226,55 +249,197 @@ class KafkaGateway:
         out = []
         for group, offsets in list(self.mapping.offsets.items()):
             for (topic, index), (offset, _) in list(offsets.items()):
-                producer = self.producers.get((topic, index))
-                if producer is not None and offset >= 0:
-                    out.append((group, topic, index, max(0, producer.next_offset - offset)))
+                view = self.views.get(topic)
+                if view is not None and index < view.count and offset >= 0:
+                    out.append((group, topic, index, max(0, self._head(view, index) + 1 - offset)))
         return out
 
     # -- topics ----------------------------------------------------------------------------
 
     async def _known(self, names: list[str] | None, create: list[str]) -> dict[str, TopicView]:
+        if names is None:  # every topic of the cluster: as the last survey found them
+            await self._surveyed.wait()
+            for name, found in list(self.cluster_topics.items()):
+                if name not in self.views and not name.startswith("__"):
+                    await self._resolve(name, False, found=found)
         for name in (names or []):
             if name not in self.views:
                 await self._resolve(name, name in create)
         views = self.views if names is None else {n: self.views[n] for n in names if n in self.views}
         for view in views.values():  # only the topics this request names: their heads now
-            view.heads = [self.producers[(view.name, i)].next_offset - 1 for i in range(view.count)]
+            view.heads = [self._head(view, i) for i in range(view.count)]
         return views
 
-    async def _resolve(self, name: str, create: bool, partitions: int = 0) -> None:
+    def _head(self, view: TopicView, index: int) -> int:
+        if not view.foreign or index < view.writable:
+            return self.producers[(view.name, index)].next_offset - 1
+        address = view.address(index)
+        return -1 if address is None else self.foreign_heads.get((view.name, address), -1)
+
+    async def _resolve(self, name: str, create: bool, partitions: int = 0, found: dict[str, int] | None = None) -> None:
         pending = self._resolving.get(name)
         if pending is None:
-            pending = self._resolving[name] = asyncio.ensure_future(self._learn(name, create, partitions))
+            pending = self._resolving[name] = asyncio.ensure_future(self._learn(name, create, partitions, found))
         try:
             await asyncio.shield(pending)
+        except DafkaError as exc:  # (the next request that names the topic tries again)
+            log.warning("topic %r: %s", name, exc)
         finally:
             if pending.done():
                 self._resolving.pop(name, None)
 
-    async def _learn(self, name: str, create: bool, partitions: int = 0) -> None:
-        """Find a topic's Kafka partitions in the cluster, or create it (``partitions``: how many, 0: the
-        gateway's --num-partitions), and resume its producers."""
+    async def _learn(self, name: str, create: bool, partitions: int = 0, found: dict[str, int] | None = None) -> None:
+        """Find a topic's partitions in the cluster (``found``: as a survey found them, address -> head), or
+        create it (``partitions``: how many, 0: the gateway's --num-partitions), and resume its producers.
+        A topic that dafka producers write is never created: its partitions are numbered instead."""
         loop = asyncio.get_running_loop()
-        found = await loop.run_in_executor(None, self._survey, name)
+        if found is None:
+            found = await loop.run_in_executor(None, self._survey, name)
         count = 0
         while address_of(name, count) in found:
             count += 1
-        if count == 0 and not create:
-            return
-        count = count or partitions or self.num_partitions
+        foreign = {address: head for address, head in found.items() if index_of(name, address) is None}
+        if count == 0 and not foreign:
+            if not create:
+                return
+            count = partitions or self.num_partitions
+        numbered = asyncio.ensure_future(self._number(name, foreign, count) if foreign else asyncio.sleep(0))
         producers = await asyncio.gather(*(loop.run_in_executor(None, self._producer, name, i) for i in range(count)))
+        try:
+            await numbered
+        except DafkaError:
+            for producer in producers:
+                await producer.stop()
+            raise
         for i, producer in enumerate(producers):
             self.producers[(name, i)] = producer
-        self.views[name] = TopicView(name, [p.next_offset - 1 for p in producers])
-        log.info("topic %r: %d partition(s)", name, count)
+        self.views[name] = self._view(name, count)
+        log.info("topic %r: %d partition(s), %d written by dafka producers", name, self.views[name].count,
+                 len(foreign))
 
-    def _survey(self, topic: str) -> set[str]:
+    def _view(self, name: str, writable: int) -> TopicView:
+        """A topic's view: its ``writable`` gateway partitions, then the foreign ones the registry numbered."""
+        slots = self.numbers.slots(name, [address_of(name, i) for i in range(writable)])
+        if len(slots) == writable:
+            view = TopicView(name, [-1] * writable)
+        else:
+            view = TopicView(name, [-1] * len(slots), addresses=slots, writable=writable)
+        view.heads = [self._head(view, i) for i in range(view.count)]
+        return view
+
+    async def _number(self, topic: str, foreign: dict[str, int], writable: int) -> None:
+        """Give the foreign partitions of ``topic`` that have none their Kafka numbers, kept in the registry
+        (acked by ``producer/min_acks`` stores) before any client can see them."""
+        for address, head in foreign.items():
+            if head > self.foreign_heads.get((topic, address), -1):
+                self.foreign_heads[(topic, address)] = head
+        async with self._numbering:
+            await self._read_registry()
+            entries = self.numbers.assign(topic, foreign, writable)
+            if not entries:
+                return
+            registry = self._registry
+            assert registry is not None
+            first = await registry.send_many([e.encode() for e in entries], keys=[e.key for e in entries])
+            try:
+                await asyncio.wait_for(asyncio.shield(SendFuture(registry, first + len(entries) - 1).future()),
+                                       KEEP_SECONDS)
+            except asyncio.TimeoutError:
+                raise DafkaError(f"{len(entries)} partition number(s) were not acked in {KEEP_SECONDS:.0f} s: "
+                                 "not given") from None
+            for entry in entries:
+                self.numbers.take(entry)
+            log.info("topic %r: foreign partitions numbered %s", topic,
+                     ", ".join(f"{e.address} = {e.number}" for e in entries))
+
+    async def _read_registry(self) -> None:
+        """Read the partition numbers given so far back from the cluster, once, before giving any."""
+        if self._registry_read is not None and self._registry_read.done() and not self._registry_read.exception():
+            return
+        loop = asyncio.get_running_loop()
+        if self._registry is None:
+            self._registry = await loop.run_in_executor(None, lambda: AsyncProducer(
+                REGISTRY_TOPIC, self.config, address=partition_address(REGISTRY_NAME), resume=True))
+        self._registry_read = asyncio.ensure_future(self._read_back(
+            REGISTRY_TOPIC, self._registry.address, 0, self._registry.next_offset - 1))
+        for value in await self._registry_read:
+            try:
+                self.numbers.take(decode_entry(value))
+            except ValueError as exc:
+                self.counters.malformed += 1
+                log.warning("the partition registry holds a record that is not an entry (%s): skipped", exc)
+
+    async def _read_back(self, topic: str, address: str, first: int, head: int) -> list[bytes]:
+        """The values of a partition's records from ``first`` to ``head``, from the stores (compaction's gaps
+        skipped; a DafkaError if ``head`` is not read in :data:`LOAD_SECONDS`)."""
+        if head < first:
+            return []
+        consumer: AsyncConsumer[bytes] = AsyncConsumer(config=self.config.with_overrides(
+            {"consumer/offset/reset": "earliest"}, source="kafka gateway"))
+        values: list[bytes] = []
+        expected = first
+        try:
+            consumer.subscribe(topic)
+            consumer.seek(address, first, topic=topic)
+            deadline = time.monotonic() + LOAD_SECONDS
+            while time.monotonic() < deadline:
+                got = await consumer.getmany(timeout_ms=100)
+                for tp, records in got.items():
+                    if tuple(tp) != (topic, address):
+                        continue
+                    for r in records:
+                        if expected <= r.offset <= head:
+                            values.append(r.value)
+                            expected = r.offset + 1
+                if expected > head:
+                    return values
+        finally:
+            await consumer.stop()
+        raise DafkaError(f"{topic} {address}: read back to {expected - 1} of {head} in {LOAD_SECONDS:.0f} s")
+
+    async def _watch(self) -> None:
+        """Survey the whole cluster now and then: its topics, the heads of foreign partitions, and new
+        foreign partitions of the topics known, which get their numbers (clients see them once their
+        metadata is refreshed, as partitions added to a Kafka topic)."""
+        loop = asyncio.get_running_loop()
+        try:  # the registry read back at once, so that a topic's first request does not wait for it
+            async with self._numbering:
+                await self._read_registry()
+        except DafkaError as exc:
+            log.warning("the partition registry: %s (read again when a topic needs it)", exc)
+        while True:
+            self.cluster_topics = await loop.run_in_executor(None, self._survey_all)
+            self._surveyed.set()
+            for name, view in list(self.views.items()):
+                found = self.cluster_topics.get(name, {})
+                foreign = {address: head for address, head in found.items() if index_of(name, address) is None}
+                if not foreign:
+                    continue
+                writable = view.writable if view.foreign else view.count
+                try:
+                    await self._number(name, foreign, writable)
+                except DafkaError as exc:
+                    log.warning("topic %r: %s", name, exc)
+                    continue
+                self.views[name] = self._view(name, writable)
+            await asyncio.sleep(RESURVEY_SECONDS)
+
+    def _survey(self, topic: str) -> dict[str, int]:
+        return self._surveyed_heads(topic).get(topic, {})
+
+    def _survey_all(self) -> Heads:
+        return self._surveyed_heads(None)
+
+    def _surveyed_heads(self, topic: str | None) -> Heads:
         peer = StatusPeer(self.config, topic)
         try:
             peer.start()
             peer.run(SURVEY_SECONDS)
-            return {row["partition"] for row in peer.survey.partition_rows() if row["topic"] == topic}
+            found: Heads = {}
+            for row in peer.survey.partition_rows():
+                heads = [h for h in (row["store_head"], row["producer_head"]) if h is not None]
+                found.setdefault(row["topic"], {})[row["partition"]] = max(heads, default=-1)
+            return found
         finally:
             peer.close()
 
@@ -326,7 +491,7 @@ class KafkaGateway:
                     await writer.drain()
                     continue
                 if fetches is None and request.api_key == 1 and request.body is not None:
-                    fetches = _Reader(self.config)
+                    fetches = _Reader(self.config, self.foreign_heads)
                 body = await self._answer(request, fetches, peer)
                 if body is not None:
                     writer.write(response_frame(request.api, request.version, request.correlation_id, body))
@@ -421,25 +586,11 @@ class KafkaGateway:
         head = producer.next_offset - 1
         if head < 0 or group in self.mapping.offsets:
             return
-        consumer: AsyncConsumer[bytes] = AsyncConsumer(config=self.config.with_overrides(
-            {"consumer/offset/reset": "earliest"}, source="kafka gateway"))
         try:
-            consumer.subscribe(offsets_topic(group))
-            consumer.seek(producer.address, head, topic=offsets_topic(group))
-            deadline = time.monotonic() + LOAD_SECONDS
-            while time.monotonic() < deadline:
-                got = await consumer.getmany(timeout_ms=100)
-                for tp, records in got.items():
-                    if tuple(tp) != (offsets_topic(group), producer.address):
-                        continue
-                    record = next((r for r in records if r.offset == head), None)
-                    if record is not None:
-                        self._take_commits(group, record.value)
-                        return
-            log.warning("group %r: its last commit record (%d) was not read back in %.0f s", group, head,
-                        LOAD_SECONDS)
-        finally:
-            await consumer.stop()
+            for value in await self._read_back(offsets_topic(group), producer.address, head, head):
+                self._take_commits(group, value)
+        except DafkaError as exc:
+            log.warning("group %r: its last commit record was not read back: %s", group, exc)
 
     def _take_commits(self, group: str, value: bytes) -> None:
         assert self.mapping is not None
@@ -451,6 +602,8 @@ class KafkaGateway:
         kept = self.mapping.offsets.setdefault(group, {})
         for (topic, address), offset in offsets.items():
             index = index_of(topic, address)
+            if index is None:
+                index = self.numbers.number(topic, address)
             if index is not None and (topic, index) not in kept:
                 kept[(topic, index)] = (offset, None)
 
@@ -470,7 +623,8 @@ class KafkaGateway:
                 kept.update(commit.offsets)
             else:
                 continue
-            snapshot = {(t, address_of(t, i)): offset for (t, i), (offset, _) in kept.items() if offset >= 0}
+            snapshot = {(t, address): offset for (t, i), (offset, _) in kept.items()
+                        if offset >= 0 and (address := self._address(t, i)) is not None}
             producer = await self._offsets_producer(group)
             try:
                 sent = await producer.send(encode_commits(GATEWAY_MEMBER, snapshot, snapshot=True))
@@ -479,6 +633,10 @@ class KafkaGateway:
                 log.warning("group %r: its commits were not kept (%s)", group, exc)
                 failed = errors.COORDINATOR_NOT_AVAILABLE
         return failed
+
+    def _address(self, topic: str, index: int) -> str | None:
+        view = self.views.get(topic)
+        return view.address(index) if view is not None else address_of(topic, index)
 
     # -- admin -----------------------------------------------------------------------------
 
@@ -535,7 +693,8 @@ class KafkaGateway:
                     results[key] = (errors.REQUEST_TIMED_OUT, -1)
         if appends.acks == 0:
             return None
-        return mapping.produce_response(appends.request, {key: results[key] for key in appends.order if key in results})
+        return mapping.produce_response(appends.request, {key: results[key] for key in appends.order if key in results},
+                                        appends.messages)
 
     @staticmethod
     async def _publish(producer: AsyncProducer[bytes], records: list[Any]) -> int:
@@ -548,8 +707,8 @@ class KafkaGateway:
         mapping = self.mapping
         assert mapping is not None
         deadline = time.monotonic() + reads.max_wait_ms / 1000.0
-        buffers = {(r.topic, r.index): (r, fetches.want(r.topic, address_of(r.topic, r.index), r.offset))
-                   for r in reads.reads}
+        buffers = {(r.topic, r.index): (r, fetches.want(r.topic, address, r.offset))
+                   for r in reads.reads if (address := views[r.topic].address(r.index)) is not None}
         while True:
             found, size = self._take(buffers, reads.max_bytes)
             if size >= max(1, reads.min_bytes) or time.monotonic() >= deadline or not buffers:

@@ -53,6 +53,11 @@ class Cut:
     puts: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
+KEPT_TOPICS = frozenset({
+    "__dafka_kafka_partitions",  # the Kafka gateways' partition numbers (kafka/numbering.py): a number lost is reused
+})
+
+
 def stamps(db, p: Partition) -> Iterable[keys.Stamp]:
     """The partition's stamps from its floor on, oldest first."""
     # Stamps below the floor were deleted with their records (the one that straddled it was moved to it).
@@ -78,6 +83,8 @@ def plan(
     for p in partitions:
         if budget <= 0:
             break
+        if p.subject in KEPT_TOPICS:
+            continue
         cut = plan_partition(db, p, now_ms, retention_ms, retention_bytes, budget)
         if cut is not None:
             cuts.append(cut)

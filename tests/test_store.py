@@ -729,19 +729,28 @@ def test_no_read_of_the_store_looks_past_a_partitions_head(tower, make_store, ma
     assert looks.past == []
 
 
-def test_retention_by_age_keeps_the_head(make_store, make_producer, tmp_path):
+def test_retention_by_age_keeps_the_head_and_every_record_of_the_kafka_partition_registry(make_store, make_producer,
+                                                                                         tmp_path):
+    from dafka.kafka.numbering import REGISTRY_TOPIC
+    from dafka.store.retention import KEPT_TOPICS
+    assert REGISTRY_TOPIC in KEPT_TOPICS  # (a number the registry lost would be given again)
     store = make_store(store__retention__ms=300)
     producer = make_producer("old")
+    registry = make_producer(REGISTRY_TOPIC)
     linked(producer, store)
+    linked(registry, store)
     for i in range(50):
         producer.send(payload(i))
+        registry.send(payload(i))
     producer.flush(10)
+    registry.flush(10)
     wait_for(lambda: store.stats()["retention_deleted"] == 49, 10, what="retention")
-    time.sleep(1.2)  # another pass or two: the head record is never deleted
+    time.sleep(1.2)  # another pass or two: the head record is never deleted, nor the registry's records
     assert store.stats()["retention_deleted"] == 49
     address = producer.address
     store.stop()
     assert stored_records(tmp_path / "db", "old", address) == {49: payload(49)}
+    assert stored_records(tmp_path / "db", REGISTRY_TOPIC, registry.address) == {i: payload(i) for i in range(50)}
 
 
 def test_locked_database_gives_a_clear_error(tower, processes, tmp_path):
