@@ -430,3 +430,112 @@ def test_a_produce_whose_answer_fails_closes_its_connection_and_nothing_waits(to
             await gateway.close()
 
     asyncio.run(main())
+
+
+CONFLUENT_MEMBER = """
+import json, os, sys
+import confluent_kafka
+bootstrap, topic, group, out_path = sys.argv[1:5]
+out = open(out_path, "w", buffering=1)
+consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                     "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                     "partition.assignment.strategy": "cooperative-sticky",
+                                     "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+
+def commit():
+    try:
+        done = consumer.commit(asynchronous=False)
+    except confluent_kafka.KafkaException:  # (nothing read since the last one)
+        return
+    out.write(json.dumps(["c", [[tp.partition, tp.offset] for tp in done]]) + "\\n")
+
+def revoked(c, partitions):  # what was read of them is committed before another member takes them
+    commit()
+    out.write(json.dumps(["revoked", [tp.partition for tp in partitions]]) + "\\n")
+
+consumer.subscribe([topic], on_revoke=revoked,
+                   on_assign=lambda c, ps: out.write(json.dumps(["assigned", [tp.partition for tp in ps]]) + "\\n"))
+since = 0
+while not os.path.exists(out_path + ".stop"):
+    for msg in consumer.consume(100, 0.1):
+        if msg.error() is None:
+            out.write(json.dumps(["r", msg.partition(), msg.offset(), msg.value().decode()]) + "\\n")
+            since += 1
+    if since >= 200:
+        commit()
+        since = 0
+commit()
+consumer.close()
+out.write(json.dumps(["closed"]) + "\\n")
+"""
+
+
+def test_a_cooperative_sticky_group_of_three_under_load_survives_a_leave_a_join_and_a_kill(cluster, processes,
+                                                                                          tmp_path):
+    """Six partitions, records coming all along: one member leaves, one joins, one is SIGKILLed.  Every record
+    is read, and the only ones read twice are what the killed member read after its last commit."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    tower, _ = cluster
+    _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--num-partitions", "6",
+                                 "--initial-rebalance-delay-ms", "500")
+    n, topic = 24_000, "busy"
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    producer.produce(topic, b"v-first")  # (the topic, before the members ask for it)
+    assert producer.flush(20) == 0
+    outs = {name: tmp_path / f"{name}.jsonl" for name in "ABCD"}
+
+    def member(name: str) -> subprocess.Popen:
+        return processes.start([sys.executable, "-c", CONFLUENT_MEMBER, bootstrap, topic, "busy-group",
+                                str(outs[name])], cwd=tmp_path)
+
+    def lines(name: str) -> list:
+        text = outs[name].read_text() if outs[name].exists() else ""
+        return [json.loads(line) for line in text.splitlines() if line.endswith("]")]
+
+    members = {name: member(name) for name in "ABC"}
+    wait_for(lambda: all(any(e[0] == "assigned" and e[1] for e in lines(m)) for m in "ABC"), 30,
+             what="three members assigned")
+    errors_seen: list = []
+    start = time.monotonic()
+    for i in range(n):  # about 2,000 records/s for 12 s
+        producer.produce(topic, b"v%d" % i, key=b"k%d" % i,
+                         on_delivery=lambda err, msg: errors_seen.append(err) if err else None)
+        producer.poll(0)
+        if i % 200 == 199:
+            time.sleep(max(0.0, start + (i + 1) / 2000 - time.monotonic()))
+        if i == 6000:
+            (tmp_path / "B.jsonl.stop").touch()  # B leaves
+        elif i == 10_000:
+            members["D"] = member("D")  # D joins
+        elif i == 16_000:
+            members["C"].kill()  # C dies
+    assert producer.flush(30) == 0 and not errors_seen
+    members["B"].wait(20)
+    expected = {"v-first", *(f"v{i}" for i in range(n))}
+
+    def read_by() -> dict[str, list]:
+        return {name: [e for e in lines(name) if e[0] == "r"] for name in "ABCD"}
+    wait_for(lambda: {e[3] for rows in read_by().values() for e in rows} >= expected, 90,
+             what="every record read")
+    for name in "AD":
+        (tmp_path / f"{name}.jsonl.stop").touch()
+    for name in "AD":
+        members[name].wait(20)
+    reads = read_by()
+    assert all(reads[name] for name in "ABCD"), {name: len(rows) for name, rows in reads.items()}
+    assert ["closed"] in lines("B")
+    # What C committed last, per partition; a record read twice must be one C read at or after it.
+    c_commits: dict[int, int] = {}
+    for e in lines("C"):
+        if e[0] == "c":
+            c_commits.update({p: o for p, o in e[1]})
+    seen: dict[tuple[int, int], list[str]] = {}
+    for name, rows in reads.items():
+        for _, partition, offset, _value in rows:
+            seen.setdefault((partition, offset), []).append(name)
+    twice = {key: names for key, names in seen.items() if len(names) > 1}
+    for (partition, offset), names in twice.items():
+        assert "C" in names and names.count("C") == 1 and len(names) == 2, (partition, offset, names)
+        assert offset >= c_commits.get(partition, 0), (partition, offset, c_commits)
+    print(f"{len(seen):,} records read by {', '.join(f'{k} {len(v):,}' for k, v in reads.items())}; "
+          f"{len(twice)} twice, all after C's last commit")
