@@ -7,11 +7,17 @@ their side; the proxy forwards data and subscriptions both ways, like
 drops, 2 duplicates) applies to every data message, ``direction`` being
 "A>B" or "B>A".  Subscription frames pass untouched: they are ZMTP control
 traffic that TCP never loses, and libzmq would never send a lost one again
-(a real network cannot do that)."""
+(a real network cannot do that).
+
+:class:`KafkaResponseProxy` does the same to a Kafka client's TCP link to the
+gateway: it delays some responses and drops others (a dropped response takes
+its connection with it, as when a link breaks while the answer travels)."""
 
 from __future__ import annotations
 
 import random
+import socket
+import struct
 import threading
 
 import zmq
@@ -98,3 +104,97 @@ class LossyProxy:
             side.beacon.stop()
             side.xpub.close(0)
             side.xsub.close(0)
+
+
+class KafkaResponseProxy:
+    """Listens on 127.0.0.1 (``port``: 0 for any) and forwards each connection to ``upstream`` (host, port).
+    ``fault(api_key) -> (drop, delay_seconds)`` is asked for every response, by the key of the request it
+    answers: a dropped one is never delivered and both sides of its connection are closed; a delayed one
+    holds the responses after it too (they stay in order)."""
+
+    def __init__(self, upstream: tuple[str, int], fault, port: int = 0) -> None:
+        self.upstream = upstream
+        self.fault = fault
+        self.listener = socket.create_server(("127.0.0.1", port))
+        self.port = self.listener.getsockname()[1]
+        self.dropped = 0
+        self.delayed = 0
+        self.connections = 0
+        self._stop = threading.Event()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, name="dafka-test-kafka-proxy", daemon=True).start()
+
+    def _accept(self) -> None:
+        self.listener.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                continue
+            try:
+                server = socket.create_connection(self.upstream, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            self.connections += 1
+            self._sockets += [client, server]
+            apis: dict[int, int] = {}  # correlation id -> api key, of the requests in flight
+            threading.Thread(target=self._requests, args=(client, server, apis), daemon=True).start()
+            threading.Thread(target=self._responses, args=(server, client, apis), daemon=True).start()
+
+    @staticmethod
+    def _frame(sock: socket.socket) -> bytes | None:
+        head = b""
+        while len(head) < 4:
+            chunk = sock.recv(4 - len(head))
+            if not chunk:
+                return None
+            head += chunk
+        size = struct.unpack(">i", head)[0]
+        body = b""
+        while len(body) < size:
+            chunk = sock.recv(min(1 << 20, size - len(body)))
+            if not chunk:
+                return None
+            body += chunk
+        return head + body
+
+    def _requests(self, client: socket.socket, server: socket.socket, apis: dict[int, int]) -> None:
+        try:
+            while (frame := self._frame(client)) is not None:
+                api_key, _, correlation = struct.unpack(">hhi", frame[4:12])
+                apis[correlation] = api_key
+                server.sendall(frame)
+        except OSError:
+            pass
+        self._close(client, server)
+
+    def _responses(self, server: socket.socket, client: socket.socket, apis: dict[int, int]) -> None:
+        try:
+            while (frame := self._frame(server)) is not None:
+                correlation = struct.unpack(">i", frame[4:8])[0]
+                drop, delay = self.fault(apis.pop(correlation, -1))
+                if drop:
+                    self.dropped += 1
+                    break
+                if delay:
+                    self.delayed += 1
+                    self._stop.wait(delay)
+                client.sendall(frame)
+        except OSError:
+            pass
+        self._close(client, server)
+
+    @staticmethod
+    def _close(*socks: socket.socket) -> None:
+        for sock in socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.listener.close()
+        self._close(*self._sockets)

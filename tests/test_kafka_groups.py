@@ -5,6 +5,7 @@ Each client runs in its own Python (:func:`kafkahelpers.run_client`)."""
 from __future__ import annotations
 
 import json
+import random
 import socket
 import subprocess
 import struct
@@ -539,3 +540,46 @@ def test_a_cooperative_sticky_group_of_three_under_load_survives_a_leave_a_join_
         assert offset >= c_commits.get(partition, 0), (partition, offset, c_commits)
     print(f"{len(seen):,} records read by {', '.join(f'{k} {len(v):,}' for k, v in reads.items())}; "
           f"{len(twice)} twice, all after C's last commit")
+
+
+def test_an_idempotent_producer_through_dropped_and_delayed_responses_stores_every_record_once(cluster, processes,
+                                                                                               tmp_path):
+    """tests/lossy_proxy.py between confluent-kafka and the gateway drops 5% of the Produce responses (each
+    with its connection) and delays a fifth of the others: librdkafka retries the batches it got no answer
+    for, the gateway answers each retry with its first answer, and every record is stored once."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from lossy_proxy import KafkaResponseProxy
+    tower, _ = cluster
+    chance = random.Random(46)
+
+    def fault(api_key: int) -> tuple[bool, float]:
+        if api_key != PRODUCE.key:
+            return False, 0.0
+        roll = chance.random()
+        return roll < 0.05, (chance.random() * 0.03 if roll < 0.25 else 0.0)
+
+    port, metrics = free_port(), free_port()
+    proxy = KafkaResponseProxy(("127.0.0.1", port), fault)
+    try:
+        start_gateway(processes, tower, tmp_path / "gw.log", "--port", str(port), "--advertise",
+                      f"127.0.0.1:{proxy.port}", "--num-partitions", "2", "--metrics-port", str(metrics))
+        producer = confluent_kafka.Producer({"bootstrap.servers": f"127.0.0.1:{proxy.port}", "acks": "all",
+                                             "enable.idempotence": True, "linger.ms": 2, "batch.num.messages": 200})
+        failed: list = []
+        n = 20_000
+        for i in range(n):
+            producer.produce("lossy", b"v%d" % i, key=b"k%d" % i,
+                             on_delivery=lambda err, msg: failed.append(str(err)) if err else None)
+            producer.poll(0)
+        assert producer.flush(120) == 0 and failed == []
+        assert proxy.dropped > 0 and proxy.delayed > 0
+        duplicates = total(scrape(metrics), "dafka_kafka_duplicates_total")
+        proxy.fault = lambda api_key: (False, 0.0)
+        read = kcat("-b", f"127.0.0.1:{proxy.port}", "-C", "-t", "lossy", "-e", "-f", "%k\n", timeout=60)
+        keys = read.stdout.decode().split()
+        assert sorted(keys) == sorted(f"k{i}" for i in range(n))  # every record, once
+        assert duplicates > 0  # (retries came, and were answered without a second append)
+        print(f"{proxy.dropped} responses dropped, {proxy.delayed} delayed, {duplicates:.0f} retried batches "
+              f"answered again, {len(keys):,} records stored once")
+    finally:
+        proxy.close()
