@@ -10,7 +10,10 @@ site's provenance topic, rfc/mirror.md).
 
 With ``--groups`` it also subscribes ``J`` (every consumer group's
 GROUP-MEMBER heartbeat, rfc section 14), which members answer at once, and
-prints each group's members and the partitions each reads instead.
+prints each group's members and the partitions each reads instead; and it
+asks every peer for its PEER-INFO (rfc section 17), in which a Kafka gateway
+describes the Kafka groups it coordinates (their state, members, commits and
+lag), printed after dafka's own.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ from .common import (
 @click.option("-J", "--json", "as_json", is_flag=True, help="One JSON document instead of tables.")
 @click.option("--groups", is_flag=True,
               help="Show the consumer groups instead: each group's live members, the topics they read, and the "
-                   "partitions each member reads with the offset it last committed.")
+                   "partitions each member reads with the offset it last committed; and the Kafka groups of "
+                   "the Kafka gateways (dafka kafka), with their state, members, commits and lag.")
 @common_options(
     pub_help="The tower's XPUB: beacon/pub_address (default tcp://127.0.0.1:5557).",
     sub_help="The tower's XSUB: beacon/sub_address (default tcp://127.0.0.1:5556).",
@@ -52,7 +56,8 @@ def status(topic: str | None, wait_ms: int, as_json: bool, groups: bool, config_
            sub: str | None, sets: list, verbose: bool, tower_timeout_ms: int) -> None:
     """Show the live peers (from the tower) and, per topic and partition,
     the stores' head and the last HEAD of the live producer; with --groups,
-    the consumer groups' members and who reads which partition.
+    the consumer groups' members and who reads which partition, and the
+    Kafka groups that Kafka gateways coordinate, with their lag.
 
     \b
     Examples:
@@ -134,12 +139,36 @@ def status(topic: str | None, wait_ms: int, as_json: bool, groups: bool, config_
 
 def _print_groups(survey: Survey, as_json: bool, topic: str | None) -> None:
     rows = [r for r in survey.group_rows() if topic is None or topic in r["topics"]]
+    kafka_rows = [r for r in survey.kafka_group_rows()
+                  if topic is None or any(p["topic"] == topic for p in r["partitions"])]
     if as_json:
-        click.echo(json.dumps({"groups": rows}, indent=2))
+        click.echo(json.dumps({"groups": rows, "kafka_groups": kafka_rows}, indent=2))
         return
-    if not rows:
+    if not rows and not kafka_rows:
         click.echo("no consumer group has a live member" + (f" reading topic {topic}" if topic else ""))
         return
+    if rows:
+        _print_dafka_groups(rows)
+    if kafka_rows:
+        if rows:
+            click.echo("")
+        _print_kafka_groups(kafka_rows)
+
+
+def _print_kafka_groups(rows: list[dict]) -> None:
+    """The Kafka groups of the gateways (``dafka kafka``): one line a partition, its commit and lag."""
+    lines = []
+    for r in rows:
+        for part in r["partitions"] or [None]:
+            lines.append([r["group"], r["gateway"], r["state"], str(r["members"]),
+                          "-" if part is None else f"{part['topic']}/{part['partition']}",
+                          "-" if part is None else str(part["committed"]),
+                          str(r["lag"]) if part is None else str(part["lag"])])
+    for line in table(["KAFKA GROUP", "GATEWAY", "STATE", "MEMBERS", "PARTITION", "COMMITTED", "LAG"], lines):
+        click.echo(line)
+
+
+def _print_dafka_groups(rows: list[dict]) -> None:
     lines = []
     for r in rows:
         parts = r["partitions"] or [None]

@@ -52,6 +52,7 @@ class Survey:
     producer_heads: dict[tuple[str, str], int] = field(default_factory=dict)
     groups: dict[str, dict[str, proto.GroupMemberMsg]] = field(default_factory=dict)  # group -> member -> heartbeat
     store_members: dict[str, proto.StoreMemberMsg] = field(default_factory=dict)  # reader -> sharded store's heartbeat
+    kafka_gateways: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # (host, pid) -> its details
 
     def note_role(self, address: str, role: str) -> None:
         self.roles.setdefault(address, set()).add(role)
@@ -93,6 +94,23 @@ class Survey:
                 })
         return rows
 
+    def kafka_group_rows(self) -> list[dict[str, Any]]:
+        """The Kafka groups the gateways (``dafka kafka``) describe in their PEER-INFO: one row a group and
+        gateway, with its state, members, lag and partitions (a gateway's hostile or newer body: what is not
+        of the type expected is left out)."""
+        rows = []
+        for (host, _), details in sorted(self.kafka_gateways.items()):
+            listener = details.get("listener") if isinstance(details.get("listener"), str) else host
+            for group in details.get("kafka_groups") or ():
+                if not isinstance(group, dict) or not isinstance(group.get("group"), str):
+                    continue
+                parts = [{k: p.get(k) for k in ("topic", "partition", "address", "committed", "lag")}
+                         for p in group.get("partitions") or () if isinstance(p, dict)]
+                rows.append({"gateway": listener, "group": group["group"], "state": str(group.get("state", "")),
+                             "protocol": str(group.get("protocol", "")), "members": _int(group.get("members")),
+                             "lag": _int(group.get("lag")), "partitions": parts})
+        return sorted(rows, key=lambda r: (r["group"], r["gateway"]))
+
     def partition_rows(self) -> list[dict[str, Any]]:
         """One row a partition.  With sharded stores (rfc 16), also its ``owners`` (store identities, placed
         over the stores heard) and ``under_replicated``: fewer than ``store/replicas`` owners hold it to the
@@ -119,6 +137,10 @@ class Survey:
                 row["under_replicated"] = complete < min(replicas, len(racks))
             rows.append(row)
         return rows
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 class StatusPeer:
@@ -192,8 +214,9 @@ class StatusPeer:
                     sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(msg_id, self.address, exact=True))
                 topic = self.survey.topic
                 sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.HEAD, topic or "", exact=topic is not None))
-                if self.groups:
+                if self.groups:  # dafka's groups heartbeats, and the Kafka gateways' groups in their PEER-INFO
                     sock.setsockopt(zmq.SUBSCRIBE, proto.GROUP_MEMBER)
+                    sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.PEER_INFO, self.address, exact=True))
                 else:  # sharded stores' heartbeats (rfc 16), sent at once to a new subscriber
                     sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.STORE_MEMBER, exact=True))
                 if not connect(sock, event.endpoint):
@@ -260,6 +283,11 @@ class StatusPeer:
                 else:
                     members[msg.address] = msg
                 survey.note_role(msg.address, "consumer")
+            elif isinstance(msg, proto.PeerInfoMsg) and msg.topic == self.address:
+                body = msg.info if isinstance(msg.info, dict) else {}
+                details = body.get("application_details")
+                if body.get("application") == "kafka" and isinstance(details, dict):
+                    survey.kafka_gateways[(str(body.get("host", "")), _int(body.get("pid")))] = details
             elif isinstance(msg, proto.StoreMemberMsg):
                 survey.store_members[msg.reader] = msg
                 survey.note_role(msg.address, "direct")

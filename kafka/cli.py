@@ -17,6 +17,7 @@ from dafka.cli.common import (
     setup_logging,
     stop_event_on_signals,
 )
+from dafka import peer_info
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ def kafka(port: int, address: str, advertise: tuple[str, int] | None, num_partit
             raise click.ClickException(f"cannot listen on {address}:{port}: {exc.strerror or exc}") from None
         if collector is not None:
             collector.add(gateway)
+        peer_info.set_application("kafka", gateway.describe)
         say(f"serving Kafka on {gateway.address}:{gateway.port}")
         done = asyncio.Event()
         loop = asyncio.get_running_loop()

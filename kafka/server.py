@@ -66,6 +66,7 @@ KEEP_SECONDS = 10.0  # how long a registry entry may take to be acked
 BUFFER_RECORDS = 50_000  # records a connection keeps per partition between two Fetches
 PIPELINE = 64  # Produce requests of one connection in flight at most (the next one waits to be read)
 PUMP_WAIT_MS = 100  # how long one read of a connection's consumer waits for records
+DESCRIBED_GROUPS = 200  # groups a PEER-INFO describes at most (its body is at most 64 KiB)
 _SIZE = struct.Struct(">i")
 
 Row = tuple[int, int, bytes | None, bytes | None]  # offset, unix ms, key, value
@@ -253,6 +254,29 @@ class KafkaGateway:
                 if view is not None and index < view.count and offset >= 0:
                     out.append((group, topic, index, max(0, self._head(view, index) + 1 - offset)))
         return out
+
+    def describe(self) -> dict[str, Any]:
+        """What the gateway's PEER-INFO says of it (rfc 17, ``application_details``): its listener, and each
+        Kafka group it coordinates or keeps commits of, with its state, members, and each partition's
+        commit and lag (at most :data:`DESCRIBED_GROUPS` groups)."""
+        assert self.mapping is not None
+        host, port = self.advertise or (self.address, self.port)
+        groups = dict(list(self.mapping.coordinator.groups.items()))
+        lags: dict[str, list[dict[str, Any]]] = {}
+        for group, topic, index, lag in self.group_lags():
+            offset = self.mapping.offsets.get(group, {}).get((topic, index), (-1, None))[0]
+            lags.setdefault(group, []).append({"topic": topic, "partition": index,
+                                               "address": self._address(topic, index) or "", "committed": offset,
+                                               "lag": lag})
+        rows = []
+        for name in sorted(set(groups) | set(lags))[:DESCRIBED_GROUPS]:
+            group = groups.get(name)
+            parts = sorted(lags.get(name, []), key=lambda r: (r["topic"], r["partition"]))
+            rows.append({"group": name, "state": group.state if group else "Empty",
+                         "protocol": group.protocol if group else "", "generation": group.generation if group else 0,
+                         "members": len(group.members) if group else 0, "lag": sum(r["lag"] for r in parts),
+                         "partitions": parts})
+        return {"listener": f"{host}:{port}", "kafka_groups": rows}
 
     # -- topics ----------------------------------------------------------------------------
 

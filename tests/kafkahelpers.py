@@ -38,6 +38,15 @@ def start_gateway(processes: Processes, tower, log: Path, *args: str,
     pytest.fail(f"the gateway did not say where it serves: {log.read_text(errors='replace')}")
 
 
+def kafka_groups(tower, *args: str) -> list[dict]:
+    """What ``dafka status --groups --json`` says of the Kafka groups."""
+    proc = subprocess.run([script("dafka"), "status", "--groups", "--json", "--wait-ms", "1000", "--pub",
+                           tower.pub_endpoint, "--sub", tower.sub_endpoint, "-X", "beacon/address=127.0.0.1",
+                           *args], capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    return json.loads(proc.stdout)["kafka_groups"]
+
+
 def kcat(*args: str, data: bytes | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess:
     return subprocess.run(["kcat", *args], input=data, capture_output=True, timeout=timeout)
 

@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from helpers import free_port, loopback_config, wait_for
+from helpers import free_port, loopback_config, script, wait_for
 from test_metrics import scrape, total
-from kafkahelpers import exactly, kcat, run_client, start_gateway
+from kafkahelpers import exactly, kafka_groups, kcat, run_client, start_gateway
 
 from dafka.kafka import errors
 from dafka.kafka.batches import write_batch
@@ -82,6 +82,16 @@ def test_kafka_python_produces_idempotently_and_a_group_reads_commits_and_resume
     run_client(KAFKA_PYTHON_PRODUCE, tmp_path, bootstrap, "kp", "10")
     assert total(scrape(metrics), "dafka_kafka_group_lag", group="g1") == 10  # what the group has not read
     assert total(scrape(metrics), "dafka_kafka_group_members", group="g1") == 0  # it closed: it left
+    # dafka status shows the group beside dafka's own, from the gateway's PEER-INFO
+    (row,) = [r for r in kafka_groups(tower) if r["group"] == "g1"]
+    assert (row["state"], row["members"], row["lag"]) == ("Empty", 0, 10)
+    assert {str(p["partition"]): p["committed"] for p in row["partitions"]} == first["committed"]
+    assert all(p["topic"] == "kp" for p in row["partitions"]) and sum(p["lag"] for p in row["partitions"]) == 10
+    table = subprocess.run([script("dafka"), "status", "--groups", "--pub", tower.pub_endpoint, "--sub",
+                            tower.sub_endpoint, "-X", "beacon/address=127.0.0.1"], capture_output=True, timeout=30)
+    lines = table.stdout.decode().splitlines()
+    assert lines[0].split()[:3] == ["KAFKA", "GROUP", "GATEWAY"], lines
+    assert sum(1 for line in lines if line.split()[:1] == ["g1"] and " Empty " in line) == 2  # a line a partition
     again = run_client(KAFKA_PYTHON_GROUP, tmp_path, bootstrap, "kp", "g1", "10")
     assert sorted(v for _, _, v in again["got"]) == sorted(f"v{i}" for i in range(10))  # only the new ones
     assert sum(again["committed"].values()) == 210
@@ -496,6 +506,8 @@ def test_a_cooperative_sticky_group_of_three_under_load_survives_a_leave_a_join_
     members = {name: member(name) for name in "ABC"}
     wait_for(lambda: all(any(e[0] == "assigned" and e[1] for e in lines(m)) for m in "ABC"), 30,
              what="three members assigned")
+    (row,) = [r for r in kafka_groups(tower) if r["group"] == "busy-group"]
+    assert (row["state"], row["members"], row["protocol"]) == ("Stable", 3, "cooperative-sticky")
     errors_seen: list = []
     start = time.monotonic()
     for i in range(n):  # about 2,000 records/s for 12 s

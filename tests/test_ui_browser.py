@@ -329,6 +329,40 @@ def test_group_members_assignment_and_lag_after_they_stop(page, cluster):
                          if t != "–") == 3, timeout=20, what="the group's lag of 3 records on the page")
 
 
+def test_a_kafka_group_shows_its_members_as_the_gateway_describes_them(page, cluster, tmp_path):
+    """kcat in a Kafka group reads the dafka producers' topic through ``dafka kafka``: the console lists the
+    group as a Kafka one, with the member its gateway coordinates, and says so on the group's page."""
+    page.goto("/")
+    producers = page.locator("#peers tbody tr[data-role=producer]")
+    before = producers.count()
+    log = tmp_path / "gateway.log"
+    with open(log, "wb") as out:
+        gateway = cluster.processes.start([script("dafka"), "kafka", "--port", "0", "--initial-rebalance-delay-ms",
+                                           "0", *cluster.a.args], stderr=out)
+    try:
+        wait_for(lambda: re.search(r"serving Kafka on ([0-9.:]+)", log.read_text()), timeout=30,
+                 what="the gateway listening")
+        bootstrap = re.search(r"serving Kafka on ([0-9.:]+)", log.read_text()).group(1)
+        member = cluster.processes.start(["kcat", "-b", bootstrap, "-G", "kafka-billing", "orders", "-q"],
+                                         stdout=subprocess.DEVNULL)
+        page.goto("/groups")
+        row = page.locator("#groups tr[data-group=kafka-billing]")
+        expect(row.locator("td").nth(2)).to_have_text("1", timeout=30_000)
+        expect(row.locator(".pill.kafka")).to_have_text("kafka")
+        expect(row.locator("td").nth(1)).to_have_text("stable")
+        page.click("#groups a:text('kafka-billing')")
+        expect(page.locator("#kafka-group")).to_contain_text(bootstrap)
+        expect(page.locator("#kafka-group")).to_contain_text("1 member(s), Stable")
+        shot(page, "kafka-group")
+        member.terminate()
+        member.wait(20)
+    finally:
+        gateway.terminate()
+        gateway.wait(20)
+    page.goto("/")  # the gateway's peers gone (the next tests count the producers)
+    expect(producers).to_have_count(before, timeout=(TIMEOUT_S + 4) * 1000)
+
+
 def test_mirrors_and_cdc_connectors(page, cluster):
     page.goto("/connectors")
     mirror = page.locator("section[data-mirror=b-to-a]")

@@ -127,6 +127,22 @@ def test_mirrors_and_connectors_one_row_a_process():
     assert m.applications("cdc") == []
 
 
+def test_a_kafka_group_shows_the_members_and_state_its_gateway_describes():
+    m = model_with_stores()
+    m.on_message(proto.DirectPartitionsMsg(m.address, R1, "", (proto.PartitionInfo("__dafka_offsets.kg", P1, 0, 3),)),
+                 0.0)
+    details = {"listener": "127.0.0.1:9092", "kafka_groups": [
+        {"group": "kg", "state": "Stable", "protocol": "range", "generation": 3, "members": 2, "lag": 5},
+        {"group": 7, "state": "Stable"},  # (hostile: no name) left out
+        {"group": "fresh", "state": "PreparingRebalance", "members": "two"}]}  # (a wrong type reads as absent)
+    m.on_message(proto.PeerInfoMsg(m.address, P2, "producer", {"host": "h", "pid": 9, "application": "kafka",
+                                                               "application_details": details}), 0.0)
+    assert sorted(m.kafka_groups()) == ["fresh", "kg"]
+    rows = {g["group"]: g for g in m.groups_overview()}
+    assert (rows["kg"]["members"], rows["kg"]["state"], rows["kg"]["kafka"]) == (2, "stable", "127.0.0.1:9092")
+    assert (rows["fresh"]["members"], rows["fresh"]["state"]) == (0, "preparingrebalance")
+
+
 @pytest.mark.parametrize("raw, fmt, shown", [
     (b'{"a": [1, 2]}', "auto", "json"),
     (b"plain words", "auto", "text"),

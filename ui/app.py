@@ -327,7 +327,9 @@ class Console:
              "partitions": sum(1 for e in msg.entries if e.state == 0)}
             for a, msg in sorted((m.groups[name].members if name in m.groups else {}).items())])
         rows = self.peer.read(lambda m: m.group_partitions(name))
-        return self._page(request, "group.html", f"Group {name}", name=name, members=members, rows=rows)
+        kafka = self.peer.read(lambda m: m.kafka_groups().get(name))
+        return self._page(request, "group.html", f"Group {name}", name=name, members=members, rows=rows,
+                          kafka=kafka)
 
     async def _read_commits(self, group: str) -> None:
         """A group without live members: its newest commits, read from its offsets topic on the stores.  A

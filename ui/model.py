@@ -150,7 +150,7 @@ def clean_info(info: dict[str, Any]) -> dict[str, Any]:
     """A PEER-INFO body with every field the console shows of the type it shows it as (a peer is hostile
     input, and so may be a newer one): a wrong type reads as absent."""
     details, app = _map(info.get("details")), _map(info.get("application_details"))
-    rows = app.get("rows")
+    rows, groups = app.get("rows"), app.get("kafka_groups")
     return {
         **{k: _text(info.get(k)) for k in ("version", "host", "metrics", "application")},
         **{k: _number(info.get(k)) for k in ("pid", "started", "now", "rss", "cpu")},
@@ -166,6 +166,11 @@ def clean_info(info: dict[str, Any]) -> dict[str, Any]:
             "topics": [t for t in app.get("topics") or () if isinstance(t, str)] if isinstance(app.get("topics"), list) else [],
             "rows": [{**{k: _number(r.get(k)) for k in _ROW_NUMBERS}, **{k: _text(r.get(k)) for k in _ROW_TEXTS}}
                      for r in (rows if isinstance(rows, list) else ()) if isinstance(r, dict)],
+            "listener": _text(app.get("listener")),
+            "kafka_groups": [{**{k: _number(g.get(k)) for k in ("members", "generation", "lag")},
+                              **{k: _text(g.get(k)) for k in ("group", "state", "protocol")}}
+                             for g in (groups if isinstance(groups, list) else ()) if isinstance(g, dict)
+                             and isinstance(g.get("group"), str)],
         } if app else {},
     }
 
@@ -406,10 +411,23 @@ class ClusterModel:
         return self.partitions.get((topic, address))
 
     def group_names(self) -> list[str]:
-        """Every group heard of: by its members, or by its offsets topic on the stores."""
-        names = set(self.groups)
+        """Every group heard of: by its members, by its offsets topic on the stores, or from the Kafka
+        gateway that coordinates it."""
+        names = set(self.groups) | set(self.kafka_groups())
         names.update(t[len(OFFSETS_TOPIC):] for t, _ in self.partitions if t.startswith(OFFSETS_TOPIC))
         return sorted(names)
+
+    def kafka_groups(self) -> dict[str, dict[str, Any]]:
+        """The Kafka groups that Kafka gateways (``dafka kafka``) describe in their PEER-INFO, by name, each
+        with the gateway's ``listener``."""
+        out: dict[str, dict[str, Any]] = {}
+        for peer in self.peers.values():
+            if peer.application != "kafka":
+                continue
+            details = peer.info.get("application_details") or {}
+            for group in details.get("kafka_groups") or ():
+                out[group["group"]] = {**group, "listener": details.get("listener") or ""}
+        return out
 
     def group_partitions(self, name: str) -> list[dict[str, Any]]:
         group = self.groups.get(name)
@@ -435,6 +453,7 @@ class ClusterModel:
 
     def groups_overview(self) -> list[dict[str, Any]]:
         rows = []
+        kafka = self.kafka_groups()
         for name in self.group_names():
             group = self.groups.get(name)
             parts = self.group_partitions(name)
@@ -444,7 +463,10 @@ class ClusterModel:
             rows.append({"group": name, "members": len(group.members) if group else 0,
                          "topics": sorted(topics or {r["topic"] for r in parts}),
                          "partitions": len(parts), "lag": sum(r["lag"] or 0 for r in parts),
-                         "state": "stable" if group and group.members else "empty"})
+                         "state": "stable" if group and group.members else "empty", "kafka": ""})
+            if name in kafka and not (group and group.members):  # a Kafka group: as its coordinator says
+                rows[-1].update(members=kafka[name]["members"] or 0, kafka=kafka[name]["listener"],
+                                state=(kafka[name]["state"] or "empty").lower())
         return rows
 
     def applications(self, kind: str) -> list[dict[str, Any]]:
