@@ -83,6 +83,35 @@ def test_confluent_kafka_produces_with_every_codec_at_acks_all_and_reads_every_r
     assert got == {b"k%d" % i: b"v%d-" % i + b"x" * 90 for i in range(n)}
 
 
+def test_confluent_kafka_produces_100000_idempotent_records_with_keys_headers_and_timestamps_all_reported_ok(
+        cluster, processes, tmp_path):
+    """Headers and timestamps are accepted in every batch (docs/kafka.md says what is kept of them)."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    tower, store = cluster
+    _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--num-partitions", "3")
+    n, topic = 100_000, "hundred-thousand"
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                                         "linger.ms": 5, "compression.codec": "lz4"})
+    failed: list = []
+    last: dict[int, int] = {}
+    now_ms = int(time.time() * 1000)
+
+    def report(err, msg):
+        if err is not None:
+            failed.append(str(err))
+        else:
+            last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset())
+    for i in range(n):
+        producer.produce(topic, key=b"k%d" % i, value=b"v%d" % i, headers=[("n", b"%d" % i), ("origin", b"test")],
+                         timestamp=now_ms - n + i, on_delivery=report)
+        producer.poll(0)
+    assert producer.flush(60) == 0 and failed == []
+    assert sum(offset + 1 for offset in last.values()) == n and len(last) == 3  # every one, no gap
+    read = kcat("-b", bootstrap, "-C", "-t", topic, "-e", "-f", "%k=%s\n", timeout=120)
+    assert read.returncode == 0, read.stderr
+    assert sorted(read.stdout.decode().split()) == sorted(f"k{i}=v{i}" for i in range(n))
+
+
 def _request(api_key: int, version: int, correlation: int, body: bytes = b"", client: bytes = b"raw") -> bytes:
     header = struct.pack(">hhih", api_key, version, correlation, len(client)) + client
     return struct.pack(">i", len(header) + len(body)) + header + body
