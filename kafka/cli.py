@@ -50,10 +50,15 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
               metavar="MS", help="How long an empty group's first rebalance waits for more members (Kafka's "
                                  "group.initial.rebalance.delay.ms): members that start together share the first "
                                  "generation.")
+@click.option("--survey-interval-ms", type=click.IntRange(min=0), default=5000, show_default=True, metavar="MS",
+              help="How often the gateway surveys the cluster for new topics, and for partitions that dafka "
+                   "producers start (which Kafka consumers read once their metadata is refreshed); 0: only once, "
+                   "when a request first names a topic (and for a Metadata of every topic, at start).")
 @common_options(pub_help="The tower's XPUB (beacon/pub_address).", sub_help="The tower's XSUB (beacon/sub_address).",
                 metrics=True)
 def kafka(port: int, address: str, advertise: tuple[str, int] | None, num_partitions: int, no_auto_create: bool,
-          max_request_bytes: int, initial_rebalance_delay_ms: int, config_path: str | None, pub: str | None,
+          max_request_bytes: int, initial_rebalance_delay_ms: int, survey_interval_ms: int,
+          config_path: str | None, pub: str | None,
           sub: str | None, sets: list,
           verbose: bool, tower_timeout_ms: int, metrics_port: int | None, metrics_address: str) -> None:
     """Serve the Kafka protocol: Kafka clients (librdkafka and kcat,
@@ -87,7 +92,8 @@ def kafka(port: int, address: str, advertise: tuple[str, int] | None, num_partit
     collector = serve_metrics(metrics_port, metrics_address)
     gateway = KafkaGateway(config, address=address, port=port, advertise=advertise, num_partitions=num_partitions,
                            auto_create=not no_auto_create, max_request_bytes=max_request_bytes,
-                           initial_rebalance_delay=initial_rebalance_delay_ms / 1000.0)
+                           initial_rebalance_delay=initial_rebalance_delay_ms / 1000.0,
+                           survey_interval=survey_interval_ms / 1000.0)
 
     async def main() -> None:
         try:

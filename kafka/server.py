@@ -61,7 +61,7 @@ GATEWAY_MEMBER = "kafka-gateway"  # the member named in the commit records the g
 TICK_SECONDS = 0.05  # how often group timeouts are checked
 LOAD_SECONDS = 5.0  # how long reading a group's last commit record back may take
 SURVEY_SECONDS = 1.0  # how long a new topic's survey listens for the stores' heads
-RESURVEY_SECONDS = 5.0  # the pause between two surveys of the whole cluster
+RESURVEY_SECONDS = 5.0  # the pause between two surveys of the whole cluster (--survey-interval-ms)
 KEEP_SECONDS = 10.0  # how long a registry entry may take to be acked
 BUFFER_RECORDS = 50_000  # records a connection keeps per partition between two Fetches
 PIPELINE = 64  # Produce requests of one connection in flight at most (the next one waits to be read)
@@ -167,7 +167,8 @@ class _Reader:
 class KafkaGateway:
     def __init__(self, config: Config, *, address: str = "127.0.0.1", port: int = 9092,
                  advertise: tuple[str, int] | None = None, num_partitions: int = 1, auto_create: bool = True,
-                 max_request_bytes: int = 100 * 1024 * 1024, initial_rebalance_delay: float = 3.0) -> None:
+                 max_request_bytes: int = 100 * 1024 * 1024, initial_rebalance_delay: float = 3.0,
+                 survey_interval: float = RESURVEY_SECONDS) -> None:
         self.config = config
         self.address, self.port = address, port
         self.advertise = advertise
@@ -175,6 +176,7 @@ class KafkaGateway:
         self.num_partitions = num_partitions
         self.auto_create = auto_create
         self.initial_rebalance_delay = initial_rebalance_delay
+        self.survey_interval = survey_interval  # 0: a topic is surveyed once, when a request first names it
         self.mapping: Mapping | None = None
         self.counters = Counters()
         self.producers: dict[tuple[str, int], AsyncProducer[bytes]] = {}
@@ -434,6 +436,8 @@ class KafkaGateway:
         while True:
             self.cluster_topics = await loop.run_in_executor(None, self._survey_all)
             self._surveyed.set()
+            if self.survey_interval <= 0:
+                return
             for name, view in list(self.views.items()):
                 found = self.cluster_topics.get(name, {})
                 foreign = {address: head for address, head in found.items() if index_of(name, address) is None}
@@ -446,7 +450,7 @@ class KafkaGateway:
                     log.warning("topic %r: %s", name, exc)
                     continue
                 self.views[name] = self._view(name, writable)
-            await asyncio.sleep(RESURVEY_SECONDS)
+            await asyncio.sleep(self.survey_interval)
 
     def _survey(self, topic: str) -> dict[str, int]:
         return self._surveyed_heads(topic).get(topic, {})
