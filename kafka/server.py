@@ -265,9 +265,9 @@ class KafkaGateway:
         host, port = self.advertise or (self.address, self.port)
         groups = dict(list(self.mapping.coordinator.groups.items()))
         lags: dict[str, list[dict[str, Any]]] = {}
-        for group, topic, index, lag in self.group_lags():
-            offset = self.mapping.offsets.get(group, {}).get((topic, index), (-1, None))[0]
-            lags.setdefault(group, []).append({"topic": topic, "partition": index,
+        for group_id, topic, index, lag in self.group_lags():
+            offset = self.mapping.offsets.get(group_id, {}).get((topic, index), (-1, None))[0]
+            lags.setdefault(group_id, []).append({"topic": topic, "partition": index,
                                                "address": self._address(topic, index) or "", "committed": offset,
                                                "lag": lag})
         rows = []
@@ -317,10 +317,22 @@ class KafkaGateway:
     async def _learn(self, name: str, create: bool, partitions: int = 0, found: dict[str, int] | None = None) -> None:
         """Find a topic's partitions in the cluster (``found``: as a survey found them, address -> head), or
         create it (``partitions``: how many, 0: the gateway's --num-partitions), and resume its producers.
-        A topic that dafka producers write is never created: its partitions are numbered instead."""
+        A topic that dafka producers write is never created: its partitions are numbered instead.
+
+        A request that may create the topic has the partitions it would create resumed while the survey
+        runs (a resume waits 1.5 beacon intervals for a twin, rfc 15): its first answer comes a second
+        sooner; what the survey shows is not wanted is stopped."""
         loop = asyncio.get_running_loop()
+        resuming: dict[int, asyncio.Future[AsyncProducer[bytes]]] = {}
         if found is None:
-            found = await loop.run_in_executor(None, self._survey, name)
+            if create:
+                resuming = {i: loop.run_in_executor(None, self._producer, name, i)
+                            for i in range(partitions or self.num_partitions)}
+            try:
+                found = await loop.run_in_executor(None, self._survey, name)
+            except BaseException:
+                self._discard(list(resuming.values()))
+                raise
         count = 0
         while address_of(name, count) in found:
             count += 1
@@ -329,19 +341,38 @@ class KafkaGateway:
             if not create:
                 return
             count = partitions or self.num_partitions
+        wanted = [resuming.pop(i) if i in resuming else loop.run_in_executor(None, self._producer, name, i)
+                  for i in range(count)]
+        self._discard(list(resuming.values()))
         numbered = asyncio.ensure_future(self._number(name, foreign, count) if foreign else asyncio.sleep(0))
-        producers = await asyncio.gather(*(loop.run_in_executor(None, self._producer, name, i) for i in range(count)))
+        results = await asyncio.gather(*wanted, return_exceptions=True)
+        producers = [r for r in results if isinstance(r, AsyncProducer)]
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
         try:
             await numbered
-        except DafkaError:
+        except DafkaError as exc:
+            failed = failed or exc
+        if failed is not None:
             for producer in producers:
                 await producer.stop()
-            raise
+            raise failed
         for i, producer in enumerate(producers):
             self.producers[(name, i)] = producer
         self.views[name] = self._view(name, count)
         log.info("topic %r: %d partition(s), %d written by dafka producers", name, self.views[name].count,
                  len(foreign))
+
+    @staticmethod
+    def _discard(resuming: list[asyncio.Future[AsyncProducer[bytes]]]) -> None:
+        """Stop the producers of partitions resumed in vain, once resumed."""
+        async def stop(future: asyncio.Future[AsyncProducer[bytes]]) -> None:
+            try:
+                producer = await future
+            except DafkaError:
+                return
+            await producer.stop()
+        for future in resuming:
+            asyncio.ensure_future(stop(future))
 
     def _view(self, name: str, writable: int) -> TopicView:
         """A topic's view: its ``writable`` gateway partitions, then the foreign ones the registry numbered."""
