@@ -176,6 +176,10 @@ def role_producer(a: argparse.Namespace) -> None:
         # Only the records the consumer samples (offset % STAMP_EVERY == 0) carry a send time.
         for i in range(a.records):
             send(body if i % STAMP_EVERY else payload(a.size, True))
+    elif a.payload == "random":  # incompressible records (the store's snappy finds nothing to squeeze)
+        pool = [os.urandom(a.size) for _ in range(1024)]
+        for i in range(a.records):
+            send(pool[i & 1023])
     else:
         for _ in range(a.records):
             send(body)
@@ -1417,6 +1421,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ack-latency", action="store_true",
                     help="producer role: the time from send to ack of every 10th record (p50, p99)")
     ap.add_argument("--hold", action="store_true")
+    ap.add_argument("--payload", choices=("repeat", "random"), default="repeat",
+                    help="producer role: each record the same bytes (compressible), or random ones (not)")
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--wait-peers", type=int, default=0, help="producer role: wait until the towers report this many peers")
     ap.add_argument("--partitions", default="1,8,32,128", help="producer counts of the many-partitions scenario")

@@ -389,6 +389,10 @@ define("store/cache_bytes", "int", 8388608, "LevelDB's block cache, for reads", 
 define("store/block_bytes", "int", 32768,
        "LevelDB's block size (before compression): each open table keeps one index entry per block in memory",
        minimum=1024, unit="bytes")
+define("store/compression", "choice", "snappy",
+       "how LevelDB compresses the tables it writes: snappy (LevelDB's default, as the reference's) or none; "
+       "a database holds blocks of either kind and any LevelDB reads both, so the key can change between runs",
+       choices=("snappy", "none"))
 define("store/max_open_files", "int", 1000,
        "tables LevelDB keeps open, each with its index in memory (its table cache)", minimum=74, unit="files")
 define("store/memory/idle_ms", "int", 1000,

@@ -27,15 +27,17 @@ from .errors import StoreError, StoreLocked
 log = logging.getLogger(__name__)
 
 
-def leveldb_options(config: Mapping[str, Any]) -> dict[str, int]:
+def leveldb_options(config: Mapping[str, Any]) -> dict[str, Any]:
     """plyvel's options from the store's keys.  Each open table keeps its index
     block in memory (one entry per block: about 300 KiB for a 2 MiB table of
     small, compressible records with 4 KiB blocks), so ``store/block_bytes`` and
     ``store/max_open_files`` bound that; ``store/write_buffer_bytes`` is the
     memtable (LevelDB holds two while one is written to disk) and
     ``store/cache_bytes`` the block cache.  Block size is a writer's choice
-    recorded in each table: any LevelDB reads tables of any block size."""
+    recorded in each table: any LevelDB reads tables of any block size, and of
+    either compression (``store/compression``: a flag in each block)."""
     return {
+        "compression": None if config["store/compression"] == "none" else "snappy",
         "write_buffer_size": config["store/write_buffer_bytes"],
         "lru_cache_size": config["store/cache_bytes"],
         "block_size": config["store/block_bytes"],
@@ -43,7 +45,7 @@ def leveldb_options(config: Mapping[str, Any]) -> dict[str, int]:
     }
 
 
-def open_db(path: str, options: Mapping[str, int] | None = None) -> plyvel.DB:
+def open_db(path: str, options: Mapping[str, Any] | None = None) -> plyvel.DB:
     """Open (creating if needed) the LevelDB directory ``path`` with plyvel
     ``options`` (:func:`leveldb_options`; LevelDB's defaults if None).
 
@@ -104,7 +106,7 @@ def store_identity(db: plyvel.DB) -> str:
 
 
 class SharedDB:
-    def __init__(self, path: str, options: Mapping[str, int] | None = None) -> None:
+    def __init__(self, path: str, options: Mapping[str, Any] | None = None) -> None:
         self.path = path
         self._options = options
         self.lock = threading.Lock()

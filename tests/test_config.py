@@ -81,6 +81,7 @@ EXPECTED_DEFAULTS = {
     "store/write_buffer_bytes": 33554432,
     "store/cache_bytes": 8388608,
     "store/block_bytes": 32768,
+    "store/compression": "snappy",
     "store/max_open_files": 1000,
     "store/memory/idle_ms": 1000,
     "store/offsets/compact": True,
