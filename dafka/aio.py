@@ -595,14 +595,28 @@ class AsyncProducer(Generic[V]):
                 future = await self.send(raw, None if keys is None else keys[i])  # type: ignore[arg-type]
                 first = future.offset if first < 0 else first
             return first
-        deadline = time.monotonic() + producer.send_timeout
         async with self._room:  # behind the sends already waiting
-            while not state.room_for(len(raws), size):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise producer._buffer_full(producer.send_timeout)
-                await self._wakeup.wait(remaining)
+            await self._room_for(len(raws), size)
             return producer.send_many(raws, keys=keys, timeout=0)
+
+    async def wait_for_room(self, count: int, size: int) -> None:
+        """Until the unacked buffer has room for ``count`` records of ``size`` bytes in all (keys included),
+        as :meth:`send_many` waits (:class:`BufferFull` after ``producer/send_timeout``): what this task sends
+        next, before it awaits anything else, then goes out at once."""
+        if self._producer._release_listener is None:
+            self._attach()
+        async with self._room:
+            await self._room_for(count, size)
+
+    async def _room_for(self, count: int, size: int) -> None:
+        producer = self._producer
+        state = producer._state
+        deadline = time.monotonic() + producer.send_timeout
+        while not state.room_for(count, size):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise producer._buffer_full(producer.send_timeout)
+            await self._wakeup.wait(remaining)
 
     async def send_and_wait(self, value: V, key: Any = None) -> RecordMetadata:
         """Publish one record and wait until ``producer/min_acks`` stores have ACKed it."""
@@ -660,8 +674,10 @@ class AsyncProducer(Generic[V]):
     def _future_of(self, offset: int) -> asyncio.Future[RecordMetadata]:
         """A new asyncio Future for the record at ``offset``, resolved now if
         its outcome is known, else by :meth:`_resolve` or at close."""
+        if self._producer._release_listener is None:  # (a SendFuture of a record sent before this process)
+            self._attach()
         loop = self._loop
-        assert loop is not None  # a SendFuture exists only after a send attached the producer
+        assert loop is not None
         future = loop.create_future()
         outcome = self._outcome(offset)
         if outcome is None:

@@ -5,12 +5,23 @@ A producer with idempotence on numbers the batches of each partition from
 it again with the offset it got (a retry of one of the last
 :data:`CACHED` batches), or refuse it with Kafka's error code.  After an
 append, :meth:`Sequences.record` keeps its sequence and offset.
+
+What an idempotent producer's batches got is also kept in the cluster, so
+that a gateway restarted while a client retries still stores each batch once:
+before a batch's records are published, a :class:`BatchEntry` (its producer,
+sequences and the offset its first record will get) is written to the
+topic's sequences partition and acked by ``producer/min_acks`` stores.  A
+gateway that resumes a partition reads the tail of those entries back
+(:meth:`Sequences.restore`): an entry whose records the partition does not
+hold (the gateway died in between) is left out, so its retry is appended.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import time
+from collections.abc import Iterable
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -28,6 +39,41 @@ class ProducerEntry:
 
 
 APPEND, DUPLICATE, REFUSE = "append", "duplicate", "refuse"
+SEQUENCES_TOPIC = "__dafka_kafka_sequences."  # + topic: where its partitions' idempotent batches are noted
+
+
+@dataclass(frozen=True)
+class BatchEntry:
+    """Idempotent producer ``pid`` at ``epoch`` wrote sequences ``base .. base + count - 1`` of Kafka
+    partition ``partition`` at offsets from ``offset``; a negative ``count`` voids the entry written
+    before with ``-count`` (the batch was noted, then not published)."""
+
+    partition: int
+    pid: int
+    epoch: int
+    base: int
+    count: int
+    offset: int
+
+    def encode(self) -> bytes:
+        return json.dumps([self.partition, self.pid, self.epoch, self.base, self.count, self.offset],
+                          separators=(",", ":")).encode()
+
+
+def decode_entry(value: bytes) -> BatchEntry:
+    """A batch entry from a sequences record (ValueError if it is not one)."""
+    try:
+        fields = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if (not isinstance(fields, list) or len(fields) != 6
+            or not all(isinstance(f, int) and not isinstance(f, bool) for f in fields)):
+        raise ValueError("not a list of six integers")
+    partition, pid, epoch, base, count, offset = fields
+    if not (0 <= partition < 2 ** 31 and 0 <= pid < 2 ** 63 and 0 <= epoch < 2 ** 15 and 0 <= base < SEQUENCE_WRAP
+            and count != 0 and abs(count) < 2 ** 31 and 0 <= offset < 2 ** 63):
+        raise ValueError(f"a field out of range: {fields}")
+    return BatchEntry(partition, pid, epoch, base, count, offset)
 
 
 class Sequences:
@@ -59,6 +105,20 @@ class Sequences:
         if _behind(base_seq, entry.last_seq):
             return REFUSE, errors.DUPLICATE_SEQUENCE_NUMBER
         return REFUSE, errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+    def restore(self, topic: str, entries: Iterable[BatchEntry], heads: dict[int, int]) -> int:
+        """Take the entries read back from ``topic``'s sequences partition, oldest first, whose records the
+        partition holds (``heads``: Kafka partition -> its head); how many were taken."""
+        kept = list(entries)
+        void = {(e.partition, e.pid, e.epoch, e.base, -e.count, e.offset) for e in kept if e.count < 0}
+        taken = 0
+        for e in kept:
+            if e.count < 0 or (e.partition, e.pid, e.epoch, e.base, e.count, e.offset) in void:
+                continue
+            if e.partition in heads and e.offset + e.count - 1 <= heads[e.partition]:
+                self.record((topic, e.partition), e.pid, e.epoch, e.base, e.count, e.offset)
+                taken += 1
+        return taken
 
     def record(self, key: tuple[str, int], pid: int, epoch: int, base_seq: int, count: int, offset: int) -> None:
         if pid < 0:

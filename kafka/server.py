@@ -26,7 +26,10 @@ response, one request at a time per connection, as a Kafka broker does.
   of the gateway's partition there, resumed, so a restarted gateway reads it back.
 * Idempotent producers: :class:`~.idempotence.Sequences` in the mapping
   checks each batch before it is published; a retried one gets its first
-  answer again.
+  answer again.  Each batch is noted in the topic's sequences partition, acked,
+  before its records are published (one at a time a partition, under its
+  lock), and read back when the topic is learnt: a restarted gateway answers a
+  retry of a batch the stores hold again, without a second append.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from dafka.peer import partition_address
 from dafka.survey import StatusPeer
 
 from . import errors
-from .idempotence import APPEND, DUPLICATE
+from .idempotence import APPEND, DUPLICATE, SEQUENCES_TOPIC, BatchEntry, decode_entry as decode_batch_entry
 from .mapping import (
     Answer, Appends, Commit, Create, Mapping, Reads, Replies, TopicView, address_of, index_of,
 )
@@ -63,6 +66,7 @@ LOAD_SECONDS = 5.0  # how long reading a group's last commit record back may tak
 SURVEY_SECONDS = 1.0  # how long a new topic's survey listens for the stores' heads
 RESURVEY_SECONDS = 5.0  # the pause between two surveys of the whole cluster (--survey-interval-ms)
 KEEP_SECONDS = 10.0  # how long a registry entry may take to be acked
+SEQUENCES_TAIL = 5_000  # idempotent batches read back from a topic's sequences partition when it is learnt
 BUFFER_RECORDS = 50_000  # records a connection keeps per partition between two Fetches
 PIPELINE = 64  # Produce requests of one connection in flight at most (the next one waits to be read)
 PUMP_WAIT_MS = 100  # how long one read of a connection's consumer waits for records
@@ -195,6 +199,8 @@ class KafkaGateway:
         self._registry: AsyncProducer[bytes] | None = None
         self._registry_read: asyncio.Future[list[bytes]] | None = None
         self._numbering = asyncio.Lock()
+        self._sequence_producers: dict[str, AsyncProducer[bytes]] = {}  # topic -> its sequences partition's
+        self._appending: dict[tuple[str, int], asyncio.Lock] = {}  # one append at a time a partition
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self.address, self.port, limit=2 ** 20)
@@ -233,7 +239,8 @@ class KafkaGateway:
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
         registry = [self._registry] if self._registry is not None else []
-        for producer in [*self.producers.values(), *self._offset_producers.values(), *registry]:
+        for producer in [*self.producers.values(), *self._offset_producers.values(), *registry,
+                         *self._sequence_producers.values()]:
             try:
                 await producer.stop()
             except DafkaError as exc:
@@ -345,22 +352,52 @@ class KafkaGateway:
                   for i in range(count)]
         self._discard(list(resuming.values()))
         numbered = asyncio.ensure_future(self._number(name, foreign, count) if foreign else asyncio.sleep(0))
+        if not foreign:  # a topic Kafka producers write: its idempotent batches' partition too
+            wanted.append(loop.run_in_executor(None, self._sequences_producer, name))
         results = await asyncio.gather(*wanted, return_exceptions=True)
         producers = [r for r in results if isinstance(r, AsyncProducer)]
         failed = next((r for r in results if isinstance(r, BaseException)), None)
         try:
             await numbered
+            if failed is None and not foreign:
+                await self._restore_sequences(name, producers[-1], producers[:-1])
         except DafkaError as exc:
             failed = failed or exc
         if failed is not None:
             for producer in producers:
                 await producer.stop()
             raise failed
+        if not foreign:
+            self._sequence_producers[name] = producers.pop()
         for i, producer in enumerate(producers):
             self.producers[(name, i)] = producer
         self.views[name] = self._view(name, count)
         log.info("topic %r: %d partition(s), %d written by dafka producers", name, self.views[name].count,
                  len(foreign))
+
+    def _sequences_producer(self, topic: str) -> AsyncProducer[bytes]:
+        return AsyncProducer(SEQUENCES_TOPIC + topic, self.config,
+                             address=partition_address(f"kafka-sequences:{topic}"), resume=True)
+
+    async def _restore_sequences(self, topic: str, noted: AsyncProducer[bytes],
+                                 producers: list[AsyncProducer[bytes]]) -> None:
+        """The idempotent batches noted last in ``topic``'s sequences partition, back into the sequences
+        (those whose records the partitions hold: a gateway that died between a note and its records
+        noted a batch that is not there, whose retry must be appended)."""
+        assert self.mapping is not None
+        head = noted.next_offset - 1
+        if head < 0:
+            return
+        values = await self._read_back(SEQUENCES_TOPIC + topic, noted.address, max(0, head - SEQUENCES_TAIL + 1), head)
+        entries = []
+        for value in values:
+            try:
+                entries.append(decode_batch_entry(value))
+            except ValueError as exc:
+                self.counters.malformed += 1
+                log.warning("topic %r: a sequences record that is not a batch entry (%s): skipped", topic, exc)
+        taken = self.mapping.sequences.restore(topic, entries, {i: p.next_offset - 1 for i, p in enumerate(producers)})
+        log.info("topic %r: %d idempotent batch(es) read back", topic, taken)
 
     @staticmethod
     def _discard(resuming: list[asyncio.Future[AsyncProducer[bytes]]]) -> None:
@@ -714,35 +751,25 @@ class KafkaGateway:
         assert mapping is not None
         results: dict[tuple[str, int], tuple[int, int]] = {key: (code, -1) for key, code in appends.refused.items()}
         waits: list[tuple[tuple[str, int], SendFuture]] = []
-        sequences = mapping.sequences
         for append in appends.appends:
             key = (append.topic, append.index)
             if results.get(key, (0, 0))[0]:
                 continue
             producer = self.producers[key]
-            batch = append.batch
-            count = len(batch.records)
-            action, value = sequences.check(key, batch.producer_id, batch.producer_epoch, batch.base_sequence, count)
-            if action == DUPLICATE:  # a retry: the same answer, once what it got is kept
+            count = len(append.batch.records)
+            lock = self._appending.get(key)
+            if lock is None:
+                lock = self._appending[key] = asyncio.Lock()
+            async with lock:
+                code, first, again = await self._append(key, producer, append.batch, appends.timeout_ms / 1000.0)
+            if code:
+                results[key] = (code, -1)
+                continue
+            if again:  # a retry: the same answer, once what it got is kept
                 self.counters.duplicates += 1
-                results.setdefault(key, (0, value))
-                waits.append((key, SendFuture(producer, value + count - 1)))
-                continue
-            if action != APPEND:
-                results[key] = (value, -1)
-                continue
-            try:
-                first = await self._publish(producer, batch.records)
-            except RecordTooLarge:
-                results[key] = (errors.MESSAGE_TOO_LARGE, -1)
-                continue
-            except BufferFull:
-                results[key] = (errors.REQUEST_TIMED_OUT, -1)
-                continue
-            sequences.record(key, batch.producer_id, batch.producer_epoch, batch.base_sequence, count, first)
-            self.counters.records_in += count
-            if key not in results:
-                results[key] = (0, first)
+            else:
+                self.counters.records_in += count
+            results.setdefault(key, (0, first))
             waits.append((key, SendFuture(producer, first + count - 1)))
         if appends.acks == -1:
             for key, future in waits:
@@ -754,6 +781,44 @@ class KafkaGateway:
             return None
         return mapping.produce_response(appends.request, {key: results[key] for key in appends.order if key in results},
                                         appends.messages)
+
+    async def _append(self, key: tuple[str, int], producer: AsyncProducer[bytes], batch: Any,
+                      timeout: float) -> tuple[int, int, bool]:
+        """One batch into its partition, under the partition's lock: (Kafka error code, the first record's
+        offset, whether it was a retry answered again).  An idempotent batch is noted in the topic's
+        sequences partition, acked, before its records go: nothing may fail in between, so the room in
+        the unacked buffer and the records' sizes are checked first."""
+        assert self.mapping is not None
+        sequences = self.mapping.sequences
+        count = len(batch.records)
+        pid, epoch, base = batch.producer_id, batch.producer_epoch, batch.base_sequence
+        action, value = sequences.check(key, pid, epoch, base, count)
+        if action == DUPLICATE:
+            return 0, value, True
+        if action != APPEND:
+            return value, -1, False
+        entry = None
+        if pid >= 0:
+            sizes = [len(r.value or b"") + len(r.key or b"") for r in batch.records]
+            if max(sizes, default=0) > self.config["producer/max_record_bytes"]:
+                return errors.MESSAGE_TOO_LARGE, -1, False
+            try:
+                await producer.wait_for_room(count, sum(sizes))
+                entry = BatchEntry(key[1], pid, epoch, base, count, producer.next_offset)
+                noted = await self._sequence_producers[key[0]].send(entry.encode())
+                await asyncio.wait_for(asyncio.shield(noted.future()), timeout)
+            except (DafkaError, asyncio.TimeoutError) as exc:
+                log.warning("%s/%d: an idempotent batch was not noted (%s): not appended", key[0], key[1], exc)
+                return errors.REQUEST_TIMED_OUT, -1, False
+        try:
+            first = await self._publish(producer, batch.records)
+        except (RecordTooLarge, BufferFull) as exc:
+            if entry is not None:  # (cannot happen: checked above) the note must not stand for others' records
+                await self._sequence_producers[key[0]].send(BatchEntry(
+                    entry.partition, pid, epoch, base, -count, entry.offset).encode())
+            return (errors.MESSAGE_TOO_LARGE if isinstance(exc, RecordTooLarge) else errors.REQUEST_TIMED_OUT), -1, False
+        sequences.record(key, pid, epoch, base, count, first)
+        return 0, first, False
 
     @staticmethod
     async def _publish(producer: AsyncProducer[bytes], records: list[Any]) -> int:

@@ -130,3 +130,31 @@ def test_fuzz_every_batch_is_appended_once_whatever_the_retries_and_across_the_w
                 for back in sent[-5:]:
                     assert s.check(key, pid, 0, back[0], back[1]) == (DUPLICATE, back[2])
         seq, offset = (seq + n) % SEQUENCE_WRAP, offset + n
+
+
+def test_noted_batches_read_back_answer_their_retries_unless_their_records_are_missing_or_voided():
+    from dafka.kafka.idempotence import BatchEntry, decode_entry
+    entries = [BatchEntry(0, 7, 0, 0, 3, 0), BatchEntry(0, 7, 0, 3, 2, 3), BatchEntry(1, 7, 0, 0, 4, 0),
+               BatchEntry(0, 7, 0, 5, 2, 5),  # noted, then the gateway died: partition 0's head is 4
+               BatchEntry(1, 8, 0, 0, 1, 4), BatchEntry(1, 8, 0, 0, -1, 4)]  # noted, then voided
+    assert [decode_entry(e.encode()) for e in entries] == entries
+    sequences = Sequences()
+    assert sequences.restore("t", entries, {0: 4, 1: 9}) == 3
+    assert sequences.check(("t", 0), 7, 0, 3, 2) == (DUPLICATE, 3)
+    assert sequences.check(("t", 0), 7, 0, 0, 3) == (DUPLICATE, 0)
+    assert sequences.check(("t", 0), 7, 0, 5, 2) == (APPEND, -1)  # its records are not there: appended
+    assert sequences.check(("t", 1), 7, 0, 0, 4) == (DUPLICATE, 0)
+    assert sequences.check(("t", 1), 8, 0, 0, 1) == (APPEND, -1)  # voided
+    assert Sequences().restore("t", entries, {}) == 0  # (a partition not resumed: nothing of it)
+
+
+@given(st.one_of(st.binary(max_size=80), st.lists(st.one_of(st.integers(-2 ** 64, 2 ** 64), st.booleans(),
+                                                             st.none(), st.text(max_size=3)), max_size=7).map(
+    lambda fields: __import__("json").dumps(fields).encode())))
+def test_fuzz_the_batch_entry_decoder_raises_value_error_or_decodes(value):
+    from dafka.kafka.idempotence import decode_entry
+    try:
+        entry = decode_entry(value)
+    except ValueError:
+        return
+    assert decode_entry(entry.encode()) == entry and entry.count != 0

@@ -221,11 +221,13 @@ def _call(sock: socket.socket, api, version: int, body: dict, correlation: int) 
 def test_a_retried_idempotent_batch_gets_its_first_answer_and_is_stored_once(cluster, processes, tmp_path):
     """What a client does when an answer is lost: it sends the same batch (producer id, epoch, sequence)
     again. The gateway answers with the offset the first one got and appends nothing; a gap in the
-    sequence is refused."""
+    sequence is refused.  So does a gateway SIGKILLed and restarted in between: it reads the batches
+    back from the topic's sequences partition."""
     tower, _ = cluster
-    metrics = free_port()
-    _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--metrics-port", str(metrics))
-    host, port = bootstrap.split(":")
+    metrics, port = free_port(), free_port()
+    gateway, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--metrics-port", str(metrics),
+                                       "--port", str(port))
+    host = bootstrap.split(":")[0]
 
     def produce(sock, seq: int, values: list[bytes], correlation: int) -> tuple[int, int]:
         batch = write_batch(0, [(i, 0, None, v) for i, v in enumerate(values)], producer_id=pid,
@@ -246,6 +248,17 @@ def test_a_retried_idempotent_batch_gets_its_first_answer_and_is_stored_once(clu
         assert produce(sock, 9, [b"c0"], 6)[0] == errors.OUT_OF_ORDER_SEQUENCE_NUMBER
     read = kcat("-b", bootstrap, "-C", "-t", "idem", "-e", "-f", "%s %o\n")
     assert read.stdout.decode().splitlines() == ["a0 0", "a1 1", "a2 2", "b0 3", "b1 4"]
+    assert total(scrape(metrics), "dafka_kafka_duplicates_total") == 2
+    gateway.kill()
+    gateway.wait(10)
+    start_gateway(processes, tower, tmp_path / "gw.log", "--metrics-port", str(metrics), "--port", str(port))
+    with socket.create_connection((host, port), timeout=30) as sock:
+        assert produce(sock, 3, [b"b0", b"b1"], 7) == (0, 3)  # the last batch again: its first answer
+        assert produce(sock, 0, [b"a0", b"a1", b"a2"], 8) == (0, 0)  # and the one before it
+        assert produce(sock, 5, [b"d0"], 9) == (0, 5)  # the next one follows
+        assert produce(sock, 9, [b"e0"], 10)[0] == errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+    read = kcat("-b", bootstrap, "-C", "-t", "idem", "-e", "-f", "%s %o\n")
+    assert read.stdout.decode().splitlines() == ["a0 0", "a1 1", "a2 2", "b0 3", "b1 4", "d0 5"]
     assert total(scrape(metrics), "dafka_kafka_duplicates_total") == 2
 
 
@@ -355,8 +368,9 @@ print(json.dumps({"acked": len(acked), "failed": len(failed), "left": left}))
 @pytest.mark.faults
 def test_a_gateway_killed_under_load_loses_no_acknowledged_record(cluster, processes, tmp_path):
     """SIGKILL mid-run with acks=all and idempotence, and a restart on the same port: every record the
-    client had acknowledged is in the partition after the restart (retries after the kill may store a
-    record twice: the producer ids' sequences live in the gateway's memory, docs/kafka.md)."""
+    client had acknowledged is in the partition after the restart, once: the restarted gateway reads the
+    idempotent batches back from the topic's sequences partition, and answers the client's retries of
+    those the stores hold without a second append."""
     tower, _ = cluster
     port = str(free_port())
     gateway, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--port", port)
@@ -380,8 +394,8 @@ def test_a_gateway_killed_under_load_loses_no_acknowledged_record(cluster, proce
     stored = read.stdout.decode().split()
     missing = set(acked) - set(stored)
     assert not missing, (len(missing), sorted(missing)[:5])
-    print(f"{len(acked):,} acknowledged, {summary['failed']} failed, {len(stored):,} stored "
-          f"({len(stored) - len(set(stored))} twice)")
+    assert len(stored) == len(set(stored)), f"{len(stored) - len(set(stored))} records stored twice"
+    print(f"{len(acked):,} acknowledged, {summary['failed']} failed, {len(stored):,} stored, none twice")
 
 
 @pytest.mark.timeout(120)
