@@ -53,6 +53,14 @@ class Survey:
     groups: dict[str, dict[str, proto.GroupMemberMsg]] = field(default_factory=dict)  # group -> member -> heartbeat
     store_members: dict[str, proto.StoreMemberMsg] = field(default_factory=dict)  # reader -> sharded store's heartbeat
     kafka_gateways: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # (host, pid) -> its details
+    # HEADS-AT answers (rfc 20.1), when asked: partition -> the last record held at the moment asked (-1: none)
+    held_exact: dict[str, int] = field(default_factory=dict)  # a producer's own, exact
+    held_at_least: dict[str, int] = field(default_factory=dict)  # the stores', lower bounds
+
+    def held_at(self) -> dict[str, int]:
+        """Per partition, the last record produced at or before the moment asked: a producer's exact answer,
+        else the highest of the stores'; partitions nobody could tell of are left out."""
+        return {**self.held_at_least, **self.held_exact}
 
     def note_role(self, address: str, role: str) -> None:
         self.roles.setdefault(address, set()).add(role)
@@ -144,9 +152,12 @@ def _int(value: Any) -> int:
 
 
 class StatusPeer:
-    def __init__(self, config: Config, topic: str | None, groups: bool = False) -> None:
+    def __init__(self, config: Config, topic: str | None, groups: bool = False, held_at_ms: int | None = None) -> None:
+        """``held_at_ms``: also ask every producer and store of ``topic`` what it held at that moment (unix
+        ms; HEADS-AT, rfc 20.1): :meth:`Survey.held_at`."""
         self.config = config
         self.groups = groups
+        self.held_at_ms = held_at_ms
         self.ctx = zmq.Context()
         self.address = new_address()
         self.survey = Survey(self.address, topic)
@@ -214,6 +225,8 @@ class StatusPeer:
                     sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(msg_id, self.address, exact=True))
                 topic = self.survey.topic
                 sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.HEAD, topic or "", exact=topic is not None))
+                if self.held_at_ms is not None and topic:  # the request is the subscription (rfc 20.1)
+                    sock.setsockopt(zmq.SUBSCRIBE, proto.heads_at_prefix(self.address, self.held_at_ms, topic))
                 if self.groups:  # dafka's groups heartbeats, and the Kafka gateways' groups in their PEER-INFO
                     sock.setsockopt(zmq.SUBSCRIBE, proto.GROUP_MEMBER)
                     sock.setsockopt(zmq.SUBSCRIBE, proto.subscription(proto.PEER_INFO, self.address, exact=True))
@@ -288,6 +301,16 @@ class StatusPeer:
                 details = body.get("application_details")
                 if body.get("application") == "kafka" and isinstance(details, dict):
                     survey.kafka_gateways[(str(body.get("host", "")), _int(body.get("pid")))] = details
+            elif (isinstance(msg, proto.HeadsAtMsg) and msg.topic == self.address and msg.since == self.held_at_ms
+                  and msg.subject == survey.topic):
+                for entry in msg.entries:
+                    if entry.sequence == proto.NOT_KNOWN:
+                        continue
+                    held = -1 if entry.sequence == proto.NOTHING_HELD else entry.sequence
+                    if not msg.complete and entry.address == msg.address:
+                        survey.held_exact[entry.address] = held
+                    else:
+                        survey.held_at_least[entry.address] = max(survey.held_at_least.get(entry.address, -1), held)
             elif isinstance(msg, proto.StoreMemberMsg):
                 survey.store_members[msg.reader] = msg
                 survey.note_role(msg.address, "direct")

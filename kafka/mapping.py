@@ -156,6 +156,18 @@ class Replies:
 
 
 @dataclass
+class Seek:
+    """A ListOffsets by timestamp: what each topic's partitions held at each moment asked must be known first
+    (HEADS-AT, rfc 20.1); then :meth:`Mapping.list_offsets` with them."""
+
+    request: Request
+    moments: list[tuple[str, int]]  # (topic, unix ms)
+
+
+Held = dict[tuple[str, int], dict[str, int]]  # (topic, unix ms) -> partition address -> last record held then
+
+
+@dataclass
 class Commit:
     """Offsets to keep for a group (written to the cluster before the answer goes), or a group to forget."""
 
@@ -198,7 +210,7 @@ class Mapping:
     # -- requests ---------------------------------------------------------------------------
 
     def handle(self, request: Request, topics: dict[str, TopicView], now: float = 0.0,
-               token: Hashable = None) -> Answer | Appends | Reads | Replies | Commit | Create:
+               token: Hashable = None) -> Answer | Appends | Reads | Replies | Commit | Create | Seek:
         """``topics``: the server's view of every topic the request names (missing: unknown so far);
         ``now``: monotonic seconds (group timeouts); ``token``: what stands for this request in
         :class:`Replies` (a group request's)."""
@@ -211,7 +223,9 @@ class Mapping:
         if api is METADATA:
             return Answer(request, self.metadata(request, topics))
         if api is LIST_OFFSETS:
-            return Answer(request, self.list_offsets(request, topics))
+            moments = sorted({(t["name"], p["timestamp"]) for t in body["topics"] for p in t["partitions"]
+                              if p["timestamp"] >= 0 and t["name"] in topics})
+            return Seek(request, moments) if moments else Answer(request, self.list_offsets(request, topics))
         if api is PRODUCE:
             return self.produce(request, topics)
         if api is FETCH:
@@ -541,7 +555,10 @@ class Mapping:
     def _creating(self, request: Request) -> set[str]:
         return set(self.to_create(request, {}))
 
-    def list_offsets(self, request: Request, topics: dict[str, TopicView]) -> bytes:
+    def list_offsets(self, request: Request, topics: dict[str, TopicView], held: Held | None = None) -> bytes:
+        """Earliest, latest, and by timestamp from ``held`` (:class:`Seek`): the first record produced at or
+        after the moment, as the producers and the stores' receive stamps tell it (-1 when every record is
+        older; the partition's first kept when nobody can tell)."""
         assert request.body is not None
         out = []
         for topic in request.body["topics"]:
@@ -558,10 +575,15 @@ class Mapping:
                     offset = view.tail(index)
                 elif ts in (LATEST, MAX_TIMESTAMP):
                     offset = head + 1 if ts == LATEST else head
-                else:  # by timestamp: records carry none yet, so the first one kept (docs/kafka.md)
-                    offset = view.tail(index) if head >= 0 else -1
-                parts.append({"partition_index": index, "error_code": 0, "timestamp": -1, "offset": offset,
-                              "leader_epoch": 0})
+                else:
+                    address = view.address(index)
+                    last = (held or {}).get((topic["name"], ts), {}).get(address) if address is not None else -1
+                    if last is None:  # nobody could tell: from the first kept
+                        offset = view.tail(index) if head >= 0 else -1
+                    else:
+                        offset = max(last + 1, view.tail(index)) if last < head else -1
+                parts.append({"partition_index": index, "error_code": 0, "timestamp": -1 if ts < 0 or offset < 0
+                              else ts, "offset": offset, "leader_epoch": 0})
             out.append({"name": topic["name"], "partitions": parts})
         return encode_body(LIST_OFFSETS, request.version, {"throttle_time_ms": 0, "topics": out})
 

@@ -52,7 +52,7 @@ from dafka.survey import StatusPeer
 from . import errors
 from .idempotence import APPEND, DUPLICATE, SEQUENCES_TOPIC, BatchEntry, decode_entry as decode_batch_entry
 from .mapping import (
-    Answer, Appends, Commit, Create, Mapping, Reads, Replies, TopicView, address_of, index_of,
+    Answer, Appends, Commit, Create, Held, Mapping, Reads, Replies, Seek, TopicView, address_of, index_of,
 )
 from .numbering import REGISTRY_NAME, REGISTRY_TOPIC, Numbers, decode_entry
 from .messages import PRODUCE, Request, read_request, response_frame, unsupported_api_versions
@@ -494,16 +494,25 @@ class KafkaGateway:
     async def _watch(self) -> None:
         """Survey the whole cluster now and then: its topics, the heads of foreign partitions, and new
         foreign partitions of the topics known, which get their numbers (clients see them once their
-        metadata is refreshed, as partitions added to a Kafka topic)."""
+        metadata is refreshed, as partitions added to a Kafka topic).  After the first survey, every topic
+        that has gateway partitions is learnt in the background, as a Kafka broker loads its partitions at
+        start: a resume waits out the old beacons of its partition (rfc 15), up to ``beacon/timeout``, which
+        a client's first metadata request after a restart would otherwise wait for (kcat gives up at 5 s)."""
         loop = asyncio.get_running_loop()
         try:  # the registry read back at once, so that a topic's first request does not wait for it
             async with self._numbering:
                 await self._read_registry()
         except DafkaError as exc:
             log.warning("the partition registry: %s (read again when a topic needs it)", exc)
+        first = True
         while True:
             self.cluster_topics = await loop.run_in_executor(None, self._survey_all)
             self._surveyed.set()
+            if first:  # the topics Kafka producers write, resumed at once: a restarted gateway is ready for them
+                first = False
+                for name, found in self.cluster_topics.items():
+                    if address_of(name, 0) in found and name not in self.views:
+                        asyncio.ensure_future(self._resolve(name, False, found=found))
             if self.survey_interval <= 0:
                 return
             for name, view in list(self.views.items()):
@@ -522,6 +531,16 @@ class KafkaGateway:
 
     def _survey(self, topic: str) -> dict[str, int]:
         return self._surveyed_heads(topic).get(topic, {})
+
+    def _held_at(self, topic: str, since_ms: int) -> dict[str, int]:
+        """What each partition of ``topic`` held at ``since_ms`` (HEADS-AT of its producers and stores)."""
+        peer = StatusPeer(self.config, topic, held_at_ms=since_ms)
+        try:
+            peer.start()
+            peer.run(SURVEY_SECONDS)
+            return peer.survey.held_at()
+        finally:
+            peer.close()
 
     def _survey_all(self) -> Heads:
         return self._surveyed_heads(None)
@@ -655,6 +674,12 @@ class KafkaGateway:
             return mapping.commit_response(outcome, await self._commit(outcome))
         if isinstance(outcome, Create):
             return mapping.create_response(outcome, await self._create(outcome))
+        if isinstance(outcome, Seek):
+            loop = asyncio.get_running_loop()
+            found = await asyncio.gather(*(loop.run_in_executor(None, self._held_at, topic, ms)
+                                           for topic, ms in outcome.moments))
+            held: Held = dict(zip(outcome.moments, found))
+            return mapping.list_offsets(request, views, held)
         assert isinstance(outcome, Reads) and fetches is not None
         return await self._fetch(outcome, views, fetches)
 

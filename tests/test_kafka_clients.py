@@ -112,6 +112,40 @@ def test_confluent_kafka_produces_100000_idempotent_records_with_keys_headers_an
     assert sorted(read.stdout.decode().split()) == sorted(f"k{i}=v{i}" for i in range(n))
 
 
+def test_kcat_reads_from_a_moment_the_first_record_produced_after_it(cluster, processes, tmp_path):
+    """ListOffsets by timestamp (kcat -o s@MS, librdkafka's offsets_for_times): the first record produced at
+    or after the moment, from what the producers and stores held then (HEADS-AT, rfc 20.1); none after the
+    last record; and a restarted gateway tells it from the stores' receive stamps."""
+    tower, store = cluster
+    gateway, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log")
+    first = b"".join(b"early %d\n" % i for i in range(5))
+    assert kcat("-b", bootstrap, "-P", "-t", "moments", data=first).returncode == 0
+    time.sleep(0.5)
+    moment = int(time.time() * 1000)
+    time.sleep(0.5)
+    later = b"".join(b"late %d\n" % i for i in range(3))
+    assert kcat("-b", bootstrap, "-P", "-t", "moments", data=later).returncode == 0
+    read = kcat("-b", bootstrap, "-C", "-t", "moments", "-o", f"s@{moment}", "-e", "-f", "%o %s\n")
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.decode().splitlines() == [f"{5 + i} late {i}" for i in range(3)]
+    consumer = pytest.importorskip("confluent_kafka").Consumer({"bootstrap.servers": bootstrap, "group.id": "t"})
+    try:
+        import confluent_kafka
+        found = [consumer.offsets_for_times([confluent_kafka.TopicPartition("moments", 0, ms)], timeout=20)[0].offset
+                 for ms in (0, moment, int(time.time() * 1000) + 1)]
+        assert found == [0, 5, -1]
+    finally:
+        consumer.close()
+    gateway.terminate()
+    gateway.wait(15)
+    _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log")  # only the store can tell now
+    # (its partition resumes once its old beacons expire, rfc 15: up to beacon/timeout after the restart)
+    wait_for(lambda: 'topic "moments" with 1 partitions' in kcat("-b", bootstrap, "-L", "-t", "moments").stdout.decode(),
+             30, what="the restarted gateway serving the topic")
+    read = kcat("-b", bootstrap, "-C", "-t", "moments", "-o", f"s@{moment}", "-e", "-f", "%o %s\n")
+    assert read.stdout.decode().splitlines() == [f"{5 + i} late {i}" for i in range(3)]
+
+
 def _request(api_key: int, version: int, correlation: int, body: bytes = b"", client: bytes = b"raw") -> bytes:
     header = struct.pack(">hhih", api_key, version, correlation, len(client)) + client
     return struct.pack(">i", len(header) + len(body)) + header + body

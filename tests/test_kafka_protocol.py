@@ -257,6 +257,23 @@ def test_list_offsets_earliest_latest_and_max_timestamp():
         assert [(p["error_code"], p["offset"]) for p in parts] == [(0, 0), (0, 10), (0, 0), (3, -1)]
 
 
+def test_list_offsets_by_timestamp_asks_what_was_held_then_and_answers_the_next_record():
+    from dafka.kafka.mapping import Seek
+    body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "timestamp": 5000}, {"partition_index": 1, "timestamp": 5000},
+        {"partition_index": 2, "timestamp": 5000}, {"partition_index": 0, "timestamp": -1}]}]}
+    views = {"t": TopicView("t", [9, 9, 9])}
+    for version in range(LIST_OFFSETS.lo, LIST_OFFSETS.hi + 1):
+        request = read_request(request_frame(LIST_OFFSETS, version, body))
+        seek = Mapping("h", 1).handle(request, views)
+        assert isinstance(seek, Seek) and seek.moments == [("t", 5000)]
+        held = {("t", 5000): {address_of("t", 0): 3, address_of("t", 1): 9}}  # 2: nobody could tell
+        answer = _decode(LIST_OFFSETS, version, Mapping("h", 1).list_offsets(request, views, held))
+        parts = answer["topics"][0]["partitions"]
+        # the next record after what was held; none after the last; the first kept when nobody can tell
+        assert [(p["offset"], p["timestamp"]) for p in parts] == [(4, 5000), (-1, -1), (0, 5000), (10, -1)]
+
+
 def test_partition_addresses_are_stable_dafka_producer_addresses():
     assert address_of("t", 0) == address_of("t", 0) != address_of("t", 1) != address_of("u", 1)
     assert len(address_of("t", 0)) == 32
