@@ -162,3 +162,9 @@ def store(tower, tmp_path):
     s = Store(loopback_config(tower), db=str(tmp_path / "store")).start()
     yield s
     s.stop()
+
+
+@pytest.fixture
+def kafka_cluster(tower, store):
+    """A tower and one store on it, for the Kafka gateway's tests."""
+    return tower, store

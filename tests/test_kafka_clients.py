@@ -12,21 +12,13 @@ from helpers import loopback_config, wait_for
 from kafkahelpers import exactly, kcat, start_gateway
 
 from dafka import Consumer
-from dafka.store import Store
 
 pytestmark = pytest.mark.kafka
 
 
-@pytest.fixture
-def cluster(tower, tmp_path):
-    store = Store(loopback_config(tower), db=str(tmp_path / "store")).start()
-    yield tower, store
-    store.stop()
-
-
-def test_kcat_lists_produces_keyed_lines_and_reads_them_back_from_the_start_and_from_an_offset(cluster, processes,
+def test_kcat_lists_produces_keyed_lines_and_reads_them_back_from_the_start_and_from_an_offset(kafka_cluster, processes,
                                                                                                 tmp_path):
-    tower, store = cluster
+    tower, store = kafka_cluster
     _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log")
     listed = kcat("-b", bootstrap, "-L")
     assert listed.returncode == 0, listed.stderr
@@ -49,10 +41,10 @@ def test_kcat_lists_produces_keyed_lines_and_reads_them_back_from_the_start_and_
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_confluent_kafka_produces_with_every_codec_at_acks_all_and_reads_every_record_back(cluster, processes,
+def test_confluent_kafka_produces_with_every_codec_at_acks_all_and_reads_every_record_back(kafka_cluster, processes,
                                                                                            tmp_path, codec):
     confluent_kafka = pytest.importorskip("confluent_kafka")
-    tower, store = cluster
+    tower, store = kafka_cluster
     _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--num-partitions", "2")
     topic, n = f"codec-{codec}", 3000
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "compression.codec": codec,
@@ -84,10 +76,10 @@ def test_confluent_kafka_produces_with_every_codec_at_acks_all_and_reads_every_r
 
 
 def test_confluent_kafka_produces_100000_idempotent_records_with_keys_headers_and_timestamps_all_reported_ok(
-        cluster, processes, tmp_path):
+        kafka_cluster, processes, tmp_path):
     """Headers and timestamps are accepted in every batch (docs/kafka.md says what is kept of them)."""
     confluent_kafka = pytest.importorskip("confluent_kafka")
-    tower, store = cluster
+    tower, store = kafka_cluster
     _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--num-partitions", "3")
     n, topic = 100_000, "hundred-thousand"
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
@@ -112,11 +104,11 @@ def test_confluent_kafka_produces_100000_idempotent_records_with_keys_headers_an
     assert sorted(read.stdout.decode().split()) == sorted(f"k{i}=v{i}" for i in range(n))
 
 
-def test_kcat_reads_from_a_moment_the_first_record_produced_after_it(cluster, processes, tmp_path):
+def test_kcat_reads_from_a_moment_the_first_record_produced_after_it(kafka_cluster, processes, tmp_path):
     """ListOffsets by timestamp (kcat -o s@MS, librdkafka's offsets_for_times): the first record produced at
     or after the moment, from what the producers and stores held then (HEADS-AT, rfc 20.1); none after the
     last record; and a restarted gateway tells it from the stores' receive stamps."""
-    tower, store = cluster
+    tower, store = kafka_cluster
     gateway, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log")
     first = b"".join(b"early %d\n" % i for i in range(5))
     assert kcat("-b", bootstrap, "-P", "-t", "moments", data=first).returncode == 0
@@ -157,8 +149,8 @@ def _response(sock: socket.socket) -> bytes:
 
 
 def test_an_unsupported_api_versions_gets_v0_with_unsupported_version_and_a_malformed_request_closes_its_connection(
-        cluster, processes, tmp_path):
-    tower, _ = cluster
+        kafka_cluster, processes, tmp_path):
+    tower, _ = kafka_cluster
     log = tmp_path / "gw.log"
     _, bootstrap = start_gateway(processes, tower, log)
     host, port = bootstrap.split(":")
@@ -182,8 +174,8 @@ def test_an_unsupported_api_versions_gets_v0_with_unsupported_version_and_a_malf
         assert struct.unpack_from(">ih", _response(sock)) == (10, 0)
 
 
-def test_a_restarted_gateway_goes_on_at_the_stores_head(cluster, processes, tmp_path):
-    tower, _ = cluster
+def test_a_restarted_gateway_goes_on_at_the_stores_head(kafka_cluster, processes, tmp_path):
+    tower, _ = kafka_cluster
     proc, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log")
     assert kcat("-b", bootstrap, "-P", "-t", "again", data=b"a\nb\n").returncode == 0
     proc.terminate()

@@ -56,15 +56,8 @@ print(json.dumps({"got": got, "committed": committed}))
 """
 
 
-@pytest.fixture
-def cluster(tower, tmp_path):
-    store = Store(loopback_config(tower), db=str(tmp_path / "store")).start()
-    yield tower, store
-    store.stop()
-
-
-def test_kafka_python_produces_idempotently_and_a_group_reads_commits_and_resumes(cluster, processes, tmp_path):
-    tower, _ = cluster
+def test_kafka_python_produces_idempotently_and_a_group_reads_commits_and_resumes(kafka_cluster, processes, tmp_path):
+    tower, _ = kafka_cluster
     metrics = free_port()
     _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--num-partitions", "2",
                                  "--metrics-port", str(metrics))
@@ -146,8 +139,8 @@ print(json.dumps({"left": left, "errors": errors}))
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 def test_a_confluent_kafka_group_of_two_shares_the_partitions_and_resumes_from_its_commits_after_a_restart(
-        cluster, processes, tmp_path, strategy):
-    tower, _ = cluster
+        kafka_cluster, processes, tmp_path, strategy):
+    tower, _ = kafka_cluster
     gateway, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--num-partitions", "4")
     produced = run_client(CONFLUENT_PRODUCE, tmp_path, bootstrap, "cg", "400", "0")
     assert produced == {"left": 0, "errors": []}
@@ -197,8 +190,8 @@ asyncio.run(main())
 """
 
 
-def test_aiokafka_produces_idempotently_and_its_group_reads_and_commits(cluster, processes, tmp_path):
-    tower, _ = cluster
+def test_aiokafka_produces_idempotently_and_its_group_reads_and_commits(kafka_cluster, processes, tmp_path):
+    tower, _ = kafka_cluster
     _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--num-partitions", "3")
     out = run_client(AIOKAFKA_ROUND_TRIP, tmp_path, bootstrap, "aio", "90")
     assert sorted(v for _, _, v in out["got"]) == sorted(f"v{i}" for i in range(90))
@@ -218,12 +211,12 @@ def _call(sock: socket.socket, api, version: int, body: dict, correlation: int) 
     return api.response.read_version(Reader(answer[4:]), False, version)
 
 
-def test_a_retried_idempotent_batch_gets_its_first_answer_and_is_stored_once(cluster, processes, tmp_path):
+def test_a_retried_idempotent_batch_gets_its_first_answer_and_is_stored_once(kafka_cluster, processes, tmp_path):
     """What a client does when an answer is lost: it sends the same batch (producer id, epoch, sequence)
     again. The gateway answers with the offset the first one got and appends nothing; a gap in the
     sequence is refused.  So does a gateway SIGKILLed and restarted in between: it reads the batches
     back from the topic's sequences partition."""
-    tower, _ = cluster
+    tower, _ = kafka_cluster
     metrics, port = free_port(), free_port()
     gateway, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--metrics-port", str(metrics),
                                        "--port", str(port))
@@ -312,8 +305,8 @@ print(json.dumps(out))
 """
 
 
-def test_confluent_kafkas_admin_client_creates_topics_lists_describes_and_deletes_groups(cluster, processes, tmp_path):
-    tower, _ = cluster
+def test_confluent_kafkas_admin_client_creates_topics_lists_describes_and_deletes_groups(kafka_cluster, processes, tmp_path):
+    tower, _ = kafka_cluster
     _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log")
     out = run_client(CONFLUENT_ADMIN, tmp_path, bootstrap)
     assert out["made"] == "ok" and out["again"] == "TOPIC_ALREADY_EXISTS"
@@ -326,8 +319,8 @@ def test_confluent_kafkas_admin_client_creates_topics_lists_describes_and_delete
     assert out["delete_topic"][0] == "TOPIC_DELETION_DISABLED"  # (librdkafka asks DeleteTopics v4: no message)
 
 
-def test_two_kcat_group_members_split_the_partitions_and_read_every_record_once(cluster, processes, tmp_path):
-    tower, _ = cluster
+def test_two_kcat_group_members_split_the_partitions_and_read_every_record_once(kafka_cluster, processes, tmp_path):
+    tower, _ = kafka_cluster
     _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--num-partitions", "4")
     lines = b"".join(b"k%d:v%d\n" % (i, i) for i in range(40))
     assert kcat("-b", bootstrap, "-P", "-t", "kg", "-K:", data=lines).returncode == 0
@@ -366,12 +359,12 @@ print(json.dumps({"acked": len(acked), "failed": len(failed), "left": left}))
 
 
 @pytest.mark.faults
-def test_a_gateway_killed_under_load_loses_no_acknowledged_record(cluster, processes, tmp_path):
+def test_a_gateway_killed_under_load_loses_no_acknowledged_record(kafka_cluster, processes, tmp_path):
     """SIGKILL mid-run with acks=all and idempotence, and a restart on the same port: every record the
     client had acknowledged is in the partition after the restart, once: the restarted gateway reads the
     idempotent batches back from the topic's sequences partition, and answers the client's retries of
     those the stores hold without a second append."""
-    tower, _ = cluster
+    tower, _ = kafka_cluster
     port = str(free_port())
     gateway, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--port", port)
     acked_path = tmp_path / "acked.json"
@@ -495,12 +488,12 @@ out.write(json.dumps(["closed"]) + "\\n")
 """
 
 
-def test_a_cooperative_sticky_group_of_three_under_load_survives_a_leave_a_join_and_a_kill(cluster, processes,
+def test_a_cooperative_sticky_group_of_three_under_load_survives_a_leave_a_join_and_a_kill(kafka_cluster, processes,
                                                                                           tmp_path):
     """Six partitions, records coming all along: one member leaves, one joins, one is SIGKILLed.  Every record
     is read, and the only ones read twice are what the killed member read after its last commit."""
     confluent_kafka = pytest.importorskip("confluent_kafka")
-    tower, _ = cluster
+    tower, _ = kafka_cluster
     _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--num-partitions", "6",
                                  "--initial-rebalance-delay-ms", "500")
     n, topic = 24_000, "busy"
@@ -568,14 +561,14 @@ def test_a_cooperative_sticky_group_of_three_under_load_survives_a_leave_a_join_
           f"{len(twice)} twice, all after C's last commit")
 
 
-def test_an_idempotent_producer_through_dropped_and_delayed_responses_stores_every_record_once(cluster, processes,
+def test_an_idempotent_producer_through_dropped_and_delayed_responses_stores_every_record_once(kafka_cluster, processes,
                                                                                                tmp_path):
     """tests/lossy_proxy.py between confluent-kafka and the gateway drops 5% of the Produce responses (each
     with its connection) and delays a fifth of the others: librdkafka retries the batches it got no answer
     for, the gateway answers each retry with its first answer, and every record is stored once."""
     confluent_kafka = pytest.importorskip("confluent_kafka")
     from lossy_proxy import KafkaResponseProxy
-    tower, _ = cluster
+    tower, _ = kafka_cluster
     chance = random.Random(46)
 
     def fault(api_key: int) -> tuple[bool, float]:

@@ -21,13 +21,6 @@ from dafka.store import Store
 pytestmark = pytest.mark.kafka
 
 
-@pytest.fixture
-def cluster(tower, tmp_path):
-    store = Store(loopback_config(tower), db=str(tmp_path / "store")).start()
-    yield tower, store
-    store.stop()
-
-
 def read_all(bootstrap: str, topic: str) -> dict[int, list[tuple[int, str]]]:
     """Every record of ``topic`` through kcat, by Kafka partition: (offset, value)."""
     read = kcat("-b", bootstrap, "-C", "-t", topic, "-e", "-f", "%p %o %s\n")
@@ -46,9 +39,9 @@ def partitions_listed(bootstrap: str, topic: str) -> int:
 
 
 def test_partitions_dafka_and_reference_producers_write_are_read_by_kafka_consumers_at_numbers_that_stay(
-        cluster, processes, tmp_path):
+        kafka_cluster, processes, tmp_path):
     confluent_kafka = pytest.importorskip("confluent_kafka")
-    tower, store = cluster
+    tower, store = kafka_cluster
     topic = "mixed"
     with Producer(topic, loopback_config(tower)) as producer:
         for i in range(30):
@@ -132,9 +125,9 @@ def test_partitions_dafka_and_reference_producers_write_are_read_by_kafka_consum
 
 
 def test_a_kafka_producers_records_reach_a_dafka_consumer_and_a_reference_consumer_as_plain_records(
-        cluster, processes, tmp_path):
+        kafka_cluster, processes, tmp_path):
     confluent_kafka = pytest.importorskip("confluent_kafka")
-    tower, store = cluster
+    tower, store = kafka_cluster
     topic = "from-kafka"
     _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log")
     reference = RefConsumer(tower.sub_endpoint, tower.pub_endpoint, new_address(), earliest=True, keep=True)
