@@ -295,6 +295,11 @@ consumer.close()
 config = admin.describe_configs([ConfigResource("topic", "made")])
 entries = list(config.values())[0].result(10)
 out["cleanup.policy"] = entries["cleanup.policy"].value
+from confluent_kafka.admin import OffsetSpec
+asked = {confluent_kafka.TopicPartition("made", 2): OffsetSpec.latest(),
+         confluent_kafka.TopicPartition("made", 1): OffsetSpec.earliest(),
+         confluent_kafka.TopicPartition("made", 0): OffsetSpec.for_timestamp(int(time.time() * 1000) + 60000)}
+out["offsets"] = {str(tp.partition): f.result(20).offset for tp, f in admin.list_offsets(asked).items()}
 out["deleted"] = [f.result(10) is None for f in admin.delete_consumer_groups(["adm"]).values()]
 try:
     admin.delete_topics(["made"])["made"].result(10)
@@ -305,7 +310,7 @@ print(json.dumps(out))
 """
 
 
-def test_confluent_kafkas_admin_client_creates_topics_lists_describes_and_deletes_groups(kafka_cluster, processes, tmp_path):
+def test_confluent_kafkas_admin_client_creates_topics_lists_topics_and_offsets_describes_and_deletes_groups(kafka_cluster, processes, tmp_path):
     tower, _ = kafka_cluster
     _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log")
     out = run_client(CONFLUENT_ADMIN, tmp_path, bootstrap)
@@ -315,6 +320,7 @@ def test_confluent_kafkas_admin_client_creates_topics_lists_describes_and_delete
     assert out["partitions"] == 3
     assert "adm" in out["listed"] and out["members"] == 1 and "STABLE" in out["state"]
     assert out["cleanup.policy"] == "delete"
+    assert out["offsets"] == {"2": 1, "1": 0, "0": -1}  # latest after one record, earliest, none past the end
     assert out["deleted"] == [True]
     assert out["delete_topic"][0] == "TOPIC_DELETION_DISABLED"  # (librdkafka asks DeleteTopics v4: no message)
 
