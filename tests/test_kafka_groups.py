@@ -310,7 +310,8 @@ print(json.dumps(out))
 """
 
 
-def test_confluent_kafkas_admin_client_creates_topics_lists_topics_and_offsets_describes_and_deletes_groups(kafka_cluster, processes, tmp_path):
+def test_confluent_kafkas_admin_client_creates_topics_lists_topics_and_offsets_describes_and_deletes_groups(
+        kafka_cluster, processes, tmp_path):
     tower, _ = kafka_cluster
     _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log")
     out = run_client(CONFLUENT_ADMIN, tmp_path, bootstrap)
