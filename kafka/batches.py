@@ -56,6 +56,7 @@ class Batch:
     producer_epoch: int
     base_sequence: int
     records: list[KafkaRecord]
+    body_bytes: int = 0  # the records' bytes, decompressed (at least their keys' and values')
 
     @property
     def compression(self) -> int:
@@ -168,7 +169,7 @@ def read_batches(data: bytes | memoryview) -> list[Batch]:
             continue
         body = decompress(attributes & 0x07, view[pos + HEADER.size:end])
         out.append(Batch(base, attributes, last_delta, first_ts, max_ts, pid, pepoch, base_seq,
-                         read_records(body, count, first_ts)))
+                         read_records(body, count, first_ts), len(body)))
         pos = end
     return out
 

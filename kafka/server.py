@@ -811,8 +811,8 @@ class KafkaGateway:
                       timeout: float) -> tuple[int, int, bool]:
         """One batch into its partition, under the partition's lock: (Kafka error code, the first record's
         offset, whether it was a retry answered again).  An idempotent batch is noted in the topic's
-        sequences partition, acked, before its records go: nothing may fail in between, so the room in
-        the unacked buffer and the records' sizes are checked first."""
+        sequences partition, acked, before its records go, once the unacked buffer has room for them; a
+        record over ``producer/max_record_bytes`` (refused then) voids its note."""
         assert self.mapping is not None
         sequences = self.mapping.sequences
         count = len(batch.records)
@@ -824,11 +824,8 @@ class KafkaGateway:
             return value, -1, False
         entry = None
         if pid >= 0:
-            sizes = [len(r.value or b"") + len(r.key or b"") for r in batch.records]
-            if max(sizes, default=0) > self.config["producer/max_record_bytes"]:
-                return errors.MESSAGE_TOO_LARGE, -1, False
             try:
-                await producer.wait_for_room(count, sum(sizes))
+                await producer.wait_for_room(count, batch.body_bytes)  # (at least the records' bytes)
                 entry = BatchEntry(key[1], pid, epoch, base, count, producer.next_offset)
                 noted = await self._sequence_producers[key[0]].send(entry.encode())
                 await asyncio.wait_for(asyncio.shield(noted.future()), timeout)
@@ -838,7 +835,7 @@ class KafkaGateway:
         try:
             first = await self._publish(producer, batch.records)
         except (RecordTooLarge, BufferFull) as exc:
-            if entry is not None:  # (cannot happen: checked above) the note must not stand for others' records
+            if entry is not None:  # the note must not stand for the records that take these offsets
                 await self._sequence_producers[key[0]].send(BatchEntry(
                     entry.partition, pid, epoch, base, -count, entry.offset).encode())
             return (errors.MESSAGE_TOO_LARGE if isinstance(exc, RecordTooLarge) else errors.REQUEST_TIMED_OUT), -1, False

@@ -255,6 +255,39 @@ def test_a_retried_idempotent_batch_gets_its_first_answer_and_is_stored_once(kaf
     assert total(scrape(metrics), "dafka_kafka_duplicates_total") == 2
 
 
+def test_an_idempotent_batch_refused_as_too_large_leaves_no_note_that_a_restart_would_believe(kafka_cluster,
+                                                                                              processes, tmp_path):
+    """A record over producer/max_record_bytes is found once the batch is noted: MESSAGE_TOO_LARGE, and
+    the note is voided, so that the batch appended next at the same offsets is the one a restarted gateway
+    answers retries of."""
+    tower, _ = kafka_cluster
+    port = free_port()
+    args = ("--port", str(port), "-X", "producer/max_record_bytes=1000")
+    gateway, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", *args)
+
+    def produce(sock, seq: int, values: list[bytes], correlation: int) -> tuple[int, int]:
+        batch = write_batch(0, [(i, 0, None, v) for i, v in enumerate(values)], producer_id=pid,
+                            producer_epoch=epoch, base_sequence=seq)
+        answer = _call(sock, PRODUCE, 7, {"transactional_id": None, "acks": -1, "timeout_ms": 10000, "topic_data": [
+            {"name": "big", "partition_data": [{"index": 0, "records": batch}]}]}, correlation)
+        part = answer["responses"][0]["partition_responses"][0]
+        return part["error_code"], part["base_offset"]
+
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        ids = _call(sock, INIT_PRODUCER_ID, 1, {"transactional_id": None, "transaction_timeout_ms": 60000}, 1)
+        pid, epoch = ids["producer_id"], ids["producer_epoch"]
+        assert produce(sock, 0, [b"x" * 2000], 2)[0] == errors.MESSAGE_TOO_LARGE
+        assert produce(sock, 0, [b"a", b"b"], 3) == (0, 0)
+    gateway.kill()
+    gateway.wait(10)
+    start_gateway(processes, tower, tmp_path / "gw.log", *args)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        assert produce(sock, 0, [b"a", b"b"], 4) == (0, 0)  # a retry: answered again
+        assert produce(sock, 2, [b"c"], 5) == (0, 2)
+    read = kcat("-b", bootstrap, "-C", "-t", "big", "-e", "-f", "%s %o\n")
+    assert read.stdout.decode().splitlines() == ["a 0", "b 1", "c 2"]
+
+
 CONFLUENT_ADMIN = """
 import json, sys, time
 import confluent_kafka
