@@ -45,6 +45,17 @@ cdef inline object _blob(const uint8_t* p, Py_ssize_t end, Py_ssize_t* pos, int6
 
 
 def read_records(bytes body, count, first_ts):
+    return _read(body, count, first_ts, None)
+
+
+def read_columns(bytes body, count):
+    cdef list keys = []
+    values = _read(body, count, 0, keys)
+    return values, (keys if any(k is not None for k in keys) else None)
+
+
+cdef list _read(bytes body, count, first_ts, list keys):
+    """The records (``keys`` None), or their values, their keys appended to ``keys``: as records.py's _read."""
     global KafkaRecord
     if KafkaRecord is None:
         from dafka.kafka.records import KafkaRecord
@@ -53,19 +64,20 @@ def read_records(bytes body, count, first_ts):
         raise DecodeError(f"{count} records in {end} bytes")
     cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(body)
     cdef Py_ssize_t pos = 0, start, i, n_records = count
-    cdef int64_t size, n, headers_count, h
-    cdef list records = []
+    cdef int64_t size, n, headers_count, h, ts_delta
+    cdef bint columns = keys is not None
+    cdef list out = []
     for i in range(n_records):
         size = _varint(p, end, &pos)
         start = pos
         if pos >= end:
             raise DecodeError(f"1 bytes wanted at {pos}, 0 left")
         pos += 1  # attributes (unused)
-        ts = first_ts + _varint(p, end, &pos)
+        ts_delta = _varint(p, end, &pos)
         delta = _varint(p, end, &pos)
         key = _blob(p, end, &pos, _varint(p, end, &pos))
         value = _blob(p, end, &pos, _varint(p, end, &pos))
-        headers = []
+        headers = None if columns else []
         headers_count = _varint(p, end, &pos)
         h = 0
         while h < headers_count:
@@ -77,14 +89,20 @@ def read_records(bytes body, count, first_ts):
             except UnicodeDecodeError:
                 raise DecodeError("a header key that is not UTF-8") from None
             pos += <Py_ssize_t>n
-            headers.append((name, _blob(p, end, &pos, _varint(p, end, &pos))))
+            header_value = _blob(p, end, &pos, _varint(p, end, &pos))
+            if not columns:
+                headers.append((name, header_value))
             h += 1
         if pos - start != size:
             raise DecodeError(f"a record of {pos - start} bytes that said {size}")
-        records.append(KafkaRecord(delta, ts, key, value, headers))
+        if columns:
+            out.append(b"" if value is None else value)
+            keys.append(key)
+        else:
+            out.append(KafkaRecord(delta, first_ts + ts_delta, key, value, headers))
     if pos != end:
         raise DecodeError(f"{end - pos} bytes after the batch's last record")
-    return records
+    return out
 
 
 cdef inline Py_ssize_t _put_varint(uint8_t* out, int64_t value) noexcept nogil:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import gzip
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .records import KafkaRecord, encode_records, read_records
+from .records import KafkaRecord, encode_records, read_columns, read_records
 from .wire import DecodeError, uvarint
 
 cramjam: Any
@@ -55,8 +55,11 @@ class Batch:
     producer_id: int
     producer_epoch: int
     base_sequence: int
-    records: list[KafkaRecord]
+    records: list[KafkaRecord]  # empty when read as columns (read_batches(..., columns=True))
     body_bytes: int = 0  # the records' bytes, decompressed (at least their keys' and values')
+    count: int = 0
+    values: list[bytes] = field(default_factory=list)  # read as columns: each record's value (null: empty)...
+    keys: list[bytes | None] | None = None  # ...and key (None: no record has one)
 
     @property
     def compression(self) -> int:
@@ -148,8 +151,10 @@ def compress(codec: int, data: bytes) -> bytes:
     raise UnsupportedCompression(f"compression type {codec} is not Kafka's")
 
 
-def read_batches(data: bytes | memoryview) -> list[Batch]:
-    """Every batch of a Produce partition's ``records``; raises :class:`DecodeError` on a damaged one."""
+def read_batches(data: bytes | memoryview, columns: bool = False) -> list[Batch]:
+    """Every batch of a Produce partition's ``records``; raises :class:`DecodeError` on a damaged one.
+    ``columns``: each batch's values and keys, checked as the records are (what a Produce publishes),
+    without an object a record."""
     view = memoryview(data)
     out, pos = [], 0
     while pos < len(view):
@@ -168,8 +173,13 @@ def read_batches(data: bytes | memoryview) -> list[Batch]:
             pos = end
             continue
         body = decompress(attributes & 0x07, view[pos + HEADER.size:end])
-        out.append(Batch(base, attributes, last_delta, first_ts, max_ts, pid, pepoch, base_seq,
-                         read_records(body, count, first_ts), len(body)))
+        if columns:
+            values, keys = read_columns(body, count)
+            out.append(Batch(base, attributes, last_delta, first_ts, max_ts, pid, pepoch, base_seq, [], len(body),
+                             count, values, keys))
+        else:
+            out.append(Batch(base, attributes, last_delta, first_ts, max_ts, pid, pepoch, base_seq,
+                             read_records(body, count, first_ts), len(body), count))
         pos = end
     return out
 

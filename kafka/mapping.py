@@ -616,7 +616,7 @@ class Mapping:
                     result.refused[key] = errors.MESSAGE_TOO_LARGE
                     continue
                 try:
-                    decoded = batches.read_batches(records)
+                    decoded = batches.read_batches(records, columns=True)
                 except batches.UnsupportedCompression:
                     result.refused[key] = errors.UNSUPPORTED_COMPRESSION_TYPE
                     continue

@@ -37,10 +37,24 @@ class KafkaRecord:
 
 def read_records(body: bytes, count: int, first_ts: int) -> list[KafkaRecord]:
     """The ``count`` records of a batch's (decompressed) body; :class:`DecodeError` on anything else."""
+    return _read(body, count, first_ts, None)  # type: ignore[return-value]
+
+
+def read_columns(body: bytes, count: int) -> tuple[list[bytes], list[bytes | None] | None]:
+    """The values and keys (None: no record has one) of the ``count`` records of a batch's body, checked as
+    :func:`read_records` checks them: what a Produce publishes, with no object a record.  A null value is
+    empty (a dafka record has no null value; keyed, it is a tombstone, rfc 18)."""
+    keys: list[bytes | None] = []
+    values = _read(body, count, 0, keys)
+    return values, (keys if any(k is not None for k in keys) else None)  # type: ignore[return-value]
+
+
+def _read(body: bytes, count: int, first_ts: int, keys: list[bytes | None] | None) -> list[KafkaRecord | bytes | None]:
+    """The records (``keys`` None), or their values with their keys appended to ``keys``."""
     r = Reader(body)
     if count < 0 or count > len(body):
         raise DecodeError(f"{count} records in {len(body)} bytes")
-    records = []
+    out: list[KafkaRecord | bytes | None] = []
     for _ in range(count):
         size = r.varint()
         start = r.pos
@@ -62,10 +76,14 @@ def read_records(body: bytes, count: int, first_ts: int) -> list[KafkaRecord]:
             headers.append((name, bytes(r.take(n)) if n >= 0 else None))
         if r.pos - start != size:
             raise DecodeError(f"a record of {r.pos - start} bytes that said {size}")
-        records.append(KafkaRecord(delta, ts, key, value, headers))
+        if keys is None:
+            out.append(KafkaRecord(delta, ts, key, value, headers))
+        else:
+            out.append(b"" if value is None else value)
+            keys.append(key)
     if r.remaining():
         raise DecodeError(f"{r.remaining()} bytes after the batch's last record")
-    return records
+    return out
 
 
 def encode_records(base_offset: int, first_ts: int, rows: Sequence[Row],
@@ -94,10 +112,11 @@ def encode_records(base_offset: int, first_ts: int, rows: Sequence[Row],
     return b"".join(parts)
 
 
-PURE = {"read_records": read_records, "encode_records": encode_records}
+PURE = {"read_records": read_records, "read_columns": read_columns, "encode_records": encode_records}
 """The pure-Python functions, whichever run (the twin's tests compare them)."""
 
 _twin = extensions.twin(__name__)
 if _twin is not None:
     read_records = _twin.read_records
+    read_columns = _twin.read_columns
     encode_records = _twin.encode_records

@@ -781,7 +781,7 @@ class KafkaGateway:
             if results.get(key, (0, 0))[0]:
                 continue
             producer = self.producers[key]
-            count = len(append.batch.records)
+            count = append.batch.count
             lock = self._appending.get(key)
             if lock is None:
                 lock = self._appending[key] = asyncio.Lock()
@@ -815,7 +815,7 @@ class KafkaGateway:
         record over ``producer/max_record_bytes`` (refused then) voids its note."""
         assert self.mapping is not None
         sequences = self.mapping.sequences
-        count = len(batch.records)
+        count = batch.count
         pid, epoch, base = batch.producer_id, batch.producer_epoch, batch.base_sequence
         action, value = sequences.check(key, pid, epoch, base, count)
         if action == DUPLICATE:
@@ -833,7 +833,7 @@ class KafkaGateway:
                 log.warning("%s/%d: an idempotent batch was not noted (%s): not appended", key[0], key[1], exc)
                 return errors.REQUEST_TIMED_OUT, -1, False
         try:
-            first = await self._publish(producer, batch.records)
+            first = await producer.send_many(batch.values, keys=batch.keys)
         except (RecordTooLarge, BufferFull) as exc:
             if entry is not None:  # the note must not stand for the records that take these offsets
                 await self._sequence_producers[key[0]].send(BatchEntry(
@@ -841,13 +841,6 @@ class KafkaGateway:
             return (errors.MESSAGE_TOO_LARGE if isinstance(exc, RecordTooLarge) else errors.REQUEST_TIMED_OUT), -1, False
         sequences.record(key, pid, epoch, base, count, first)
         return 0, first, False
-
-    @staticmethod
-    async def _publish(producer: AsyncProducer[bytes], records: list[Any]) -> int:
-        """A batch's records, at once (one RECORDS message for as many as fit); the first one's offset."""
-        keys = [r.key for r in records]
-        return await producer.send_many([b"" if r.value is None else r.value for r in records],
-                                        keys=None if all(k is None for k in keys) else keys)
 
     async def _fetch(self, reads: Reads, views: dict[str, TopicView], fetches: _Reader) -> bytes:
         mapping = self.mapping

@@ -214,7 +214,8 @@ def test_produce_becomes_appends_and_refuses_what_it_cannot_write():
     request = read_request(request_frame(PRODUCE, 7, body))
     outcome = Mapping("h", 1).handle(request, {"t": TopicView("t", [-1, -1])})
     assert isinstance(outcome, Appends) and outcome.acks == -1
-    assert [(a.topic, a.index, [r.value for r in a.batch.records]) for a in outcome.appends] == [("t", 0, [b"v", b"w"])]
+    assert [(a.topic, a.index, a.batch.values, a.batch.count) for a in outcome.appends] == [("t", 0, [b"v", b"w"], 2)]
+    assert outcome.appends[0].batch.keys == [b"k", None]
     assert outcome.refused == {("t", 5): errors.UNKNOWN_TOPIC_OR_PARTITION, ("t", 1): errors.CORRUPT_MESSAGE}
     response = _decode(PRODUCE, 7, Mapping("h", 1).produce_response(request, {("t", 0): (0, 7), ("t", 5): (3, -1)}))
     assert [(p["index"], p["error_code"], p["base_offset"]) for p in response["responses"][0]["partition_responses"]] \
@@ -318,6 +319,12 @@ def test_fuzz_the_compiled_record_codec_gives_what_the_pure_one_gives(rows, base
         for count in (len(rows), len(rows) + 1, max(0, len(rows) - 1)):
             assert call(twin.read_records, damaged, count, first_ts) == \
                 call(records.PURE["read_records"], damaged, count, first_ts)
+            assert call(twin.read_columns, damaged, count) == call(records.PURE["read_columns"], damaged, count)
+        # the columns: what the records hold, a null value empty, no keys when none has one
+        values, keys = twin.read_columns(body, len(rows))
+        assert (values, keys) == records.PURE["read_columns"](body, len(rows))
+        assert values == [b"" if v is None else v for _, _, _, v in rows]
+        assert keys == (None if all(k is None for _, _, k, _ in rows) else [k for _, _, k, _ in rows])
 
 
 @settings(max_examples=300, deadline=None)
@@ -326,3 +333,4 @@ def test_fuzz_the_compiled_record_decoder_on_any_bytes(body, count, first_ts):
     twin = _crecords()
     assert call(twin.read_records, body, count, first_ts) == \
         call(records.PURE["read_records"], body, count, first_ts)
+    assert call(twin.read_columns, body, count) == call(records.PURE["read_columns"], body, count)
