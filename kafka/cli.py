@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 
 import click
 
@@ -22,6 +23,29 @@ from dafka import peer_info
 log = logging.getLogger(__name__)
 
 
+def tls_context(cert: str | None, key: str | None, client_ca: str | None) -> ssl.SSLContext | None:
+    """The listener's TLS context (None: plaintext), or a click error that names the flag at fault."""
+    if cert is None:
+        for flag, given in (("--tls-key", key), ("--tls-client-ca", client_ca)):
+            if given is not None:
+                raise click.BadParameter(f"{flag} needs --tls-cert", param_hint="--tls-cert")
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError) as exc:
+        raise click.BadParameter(f"cannot load the certificate {cert!r}"
+                                 + (f" with the key {key!r}" if key else "") + f": {exc}",
+                                 param_hint="--tls-cert/--tls-key") from None
+    if client_ca is not None:
+        try:
+            context.load_verify_locations(client_ca)
+        except (ssl.SSLError, OSError) as exc:
+            raise click.BadParameter(f"cannot load the CA {client_ca!r}: {exc}", param_hint="--tls-client-ca") from None
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
 def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, int] | None:
     if value is None:
         return None
@@ -35,7 +59,14 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option("--port", type=click.IntRange(0, 65535), default=9092, show_default=True,
               help="The port Kafka clients connect to (0: any free one, said on stderr).")
 @click.option("--address", default="127.0.0.1", show_default=True, metavar="ADDRESS",
-              help="The interface to listen on (0.0.0.0: every one; there is no TLS or SASL yet, so a warning).")
+              help="The interface to listen on (0.0.0.0: every one; without --tls-cert, a warning).")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), metavar="PEM",
+              help="Serve Kafka over TLS with this certificate chain (Kafka's SSL listener; clients set "
+                   "security.protocol=ssl and trust its CA with ssl.ca.location).")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), metavar="PEM",
+              help="The certificate's private key (default: in the --tls-cert file).")
+@click.option("--tls-client-ca", type=click.Path(exists=True, dir_okay=False), metavar="PEM",
+              help="Require a client certificate signed by this CA (Kafka's ssl.client.auth=required).")
 @click.option("--advertise", callback=_host_port, metavar="HOST:PORT",
               help="What Metadata tells clients to connect to (default: --address and --port).")
 @click.option("--num-partitions", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
@@ -56,7 +87,8 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
                    "when a request first names a topic (and for a Metadata of every topic, at start).")
 @common_options(pub_help="The tower's XPUB (beacon/pub_address).", sub_help="The tower's XSUB (beacon/sub_address).",
                 metrics=True)
-def kafka(port: int, address: str, advertise: tuple[str, int] | None, num_partitions: int, no_auto_create: bool,
+def kafka(port: int, address: str, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None,
+          advertise: tuple[str, int] | None, num_partitions: int, no_auto_create: bool,
           max_request_bytes: int, initial_rebalance_delay_ms: int, survey_interval_ms: int,
           config_path: str | None, pub: str | None,
           sub: str | None, sets: list,
@@ -86,14 +118,19 @@ def kafka(port: int, address: str, advertise: tuple[str, int] | None, num_partit
                                              "beacon/sub_address": ("--sub", sub)},
                          verbose_keys=("beacon/verbose",), verbose=verbose)
     setup_logging(verbose)
+    tls = tls_context(tls_cert, tls_key, tls_client_ca)
     if address not in ("127.0.0.1", "localhost", "::1"):
-        log.warning("serving Kafka on %s without TLS or SASL: anyone who reaches it can read and write", address)
+        if tls is None:
+            log.warning("serving Kafka on %s without TLS or SASL: anyone who reaches it can read and write", address)
+        elif tls_client_ca is None:
+            log.warning("serving Kafka on %s over TLS without client certificates or SASL: anyone who reaches it "
+                        "can read and write", address)
     stop = stop_event_on_signals()
     collector = serve_metrics(metrics_port, metrics_address)
     gateway = KafkaGateway(config, address=address, port=port, advertise=advertise, num_partitions=num_partitions,
                            auto_create=not no_auto_create, max_request_bytes=max_request_bytes,
                            initial_rebalance_delay=initial_rebalance_delay_ms / 1000.0,
-                           survey_interval=survey_interval_ms / 1000.0)
+                           survey_interval=survey_interval_ms / 1000.0, tls=tls)
 
     async def main() -> None:
         try:
@@ -103,7 +140,7 @@ def kafka(port: int, address: str, advertise: tuple[str, int] | None, num_partit
         if collector is not None:
             collector.add(gateway)
         peer_info.set_application("kafka", gateway.describe)
-        say(f"serving Kafka on {gateway.address}:{gateway.port}")
+        say(f"serving Kafka on {gateway.address}:{gateway.port}" + (" over TLS" if tls is not None else ""))
         done = asyncio.Event()
         loop = asyncio.get_running_loop()
         stop.callbacks.append(lambda: loop.call_soon_threadsafe(done.set))  # type: ignore[attr-defined]

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 import time
 from collections import deque
@@ -172,7 +173,8 @@ class KafkaGateway:
     def __init__(self, config: Config, *, address: str = "127.0.0.1", port: int = 9092,
                  advertise: tuple[str, int] | None = None, num_partitions: int = 1, auto_create: bool = True,
                  max_request_bytes: int = 100 * 1024 * 1024, initial_rebalance_delay: float = 3.0,
-                 survey_interval: float = RESURVEY_SECONDS) -> None:
+                 survey_interval: float = RESURVEY_SECONDS, tls: ssl.SSLContext | None = None) -> None:
+        """``tls``: serve Kafka over TLS with this server context (None: plaintext)."""
         self.config = config
         self.address, self.port = address, port
         self.advertise = advertise
@@ -181,6 +183,7 @@ class KafkaGateway:
         self.auto_create = auto_create
         self.initial_rebalance_delay = initial_rebalance_delay
         self.survey_interval = survey_interval  # 0: a topic is surveyed once, when a request first names it
+        self.tls = tls
         self.mapping: Mapping | None = None
         self.counters = Counters()
         self.producers: dict[tuple[str, int], AsyncProducer[bytes]] = {}
@@ -203,7 +206,7 @@ class KafkaGateway:
         self._appending: dict[tuple[str, int], asyncio.Lock] = {}  # one append at a time a partition
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.address, self.port, limit=2 ** 20)
+        self._server = await asyncio.start_server(self._serve, self.address, self.port, limit=2 ** 20, ssl=self.tls)
         bound = self._server.sockets[0].getsockname()
         self.port = bound[1]
         host, port = self.advertise or (self.address, self.port)
