@@ -211,6 +211,17 @@ def _call(sock: socket.socket, api, version: int, body: dict, correlation: int) 
     return api.response.read_version(Reader(answer[4:]), False, version)
 
 
+def _produce_idempotent(sock: socket.socket, topic: str, pid: int, epoch: int, seq: int, values: list[bytes],
+                        correlation: int) -> tuple[int, int]:
+    """One idempotent batch of ``values`` to partition 0 of ``topic``, as a client writes it: (error, base offset)."""
+    batch = write_batch(0, [(i, 0, None, v) for i, v in enumerate(values)], producer_id=pid, producer_epoch=epoch,
+                        base_sequence=seq)
+    answer = _call(sock, PRODUCE, 7, {"transactional_id": None, "acks": -1, "timeout_ms": 10000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}, correlation)
+    part = answer["responses"][0]["partition_responses"][0]
+    return part["error_code"], part["base_offset"]
+
+
 def test_a_retried_idempotent_batch_gets_its_first_answer_and_is_stored_once(kafka_cluster, processes, tmp_path):
     """What a client does when an answer is lost: it sends the same batch (producer id, epoch, sequence)
     again. The gateway answers with the offset the first one got and appends nothing; a gap in the
@@ -223,12 +234,7 @@ def test_a_retried_idempotent_batch_gets_its_first_answer_and_is_stored_once(kaf
     host = bootstrap.split(":")[0]
 
     def produce(sock, seq: int, values: list[bytes], correlation: int) -> tuple[int, int]:
-        batch = write_batch(0, [(i, 0, None, v) for i, v in enumerate(values)], producer_id=pid,
-                            producer_epoch=epoch, base_sequence=seq)
-        answer = _call(sock, PRODUCE, 7, {"transactional_id": None, "acks": -1, "timeout_ms": 10000, "topic_data": [
-            {"name": "idem", "partition_data": [{"index": 0, "records": batch}]}]}, correlation)
-        part = answer["responses"][0]["partition_responses"][0]
-        return part["error_code"], part["base_offset"]
+        return _produce_idempotent(sock, "idem", pid, epoch, seq, values, correlation)
 
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         ids = _call(sock, INIT_PRODUCER_ID, 1, {"transactional_id": None, "transaction_timeout_ms": 60000}, 1)
@@ -266,12 +272,7 @@ def test_an_idempotent_batch_refused_as_too_large_leaves_no_note_that_a_restart_
     gateway, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", *args)
 
     def produce(sock, seq: int, values: list[bytes], correlation: int) -> tuple[int, int]:
-        batch = write_batch(0, [(i, 0, None, v) for i, v in enumerate(values)], producer_id=pid,
-                            producer_epoch=epoch, base_sequence=seq)
-        answer = _call(sock, PRODUCE, 7, {"transactional_id": None, "acks": -1, "timeout_ms": 10000, "topic_data": [
-            {"name": "big", "partition_data": [{"index": 0, "records": batch}]}]}, correlation)
-        part = answer["responses"][0]["partition_responses"][0]
-        return part["error_code"], part["base_offset"]
+        return _produce_idempotent(sock, "big", pid, epoch, seq, values, correlation)
 
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         ids = _call(sock, INIT_PRODUCER_ID, 1, {"transactional_id": None, "transaction_timeout_ms": 60000}, 1)
