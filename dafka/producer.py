@@ -573,7 +573,7 @@ class Producer(Generic[V]):
         state = self._resume = ResumeState(self.address, self.topic, requester=self._requester,
                                            min_stores=self.min_acks, started=started,
                                            timeout=self.config["producer/resume_timeout"] / 1000.0,
-                                           twin_wait=twin_wait)
+                                           twin_wait=twin_wait, settle=self.config["beacon/timeout"] / 1000.0)
         try:
             while True:
                 now = time.monotonic()

@@ -24,8 +24,12 @@ The rules, and why:
 
 1. Every live peer but other dafka-py producers connects to a producer.
    The head is decided only once the tower has replayed the live peers to
-   us, as many peers as it reported have connected (or ``SETTLE`` has
-   passed), and every store reader among them has been asked.
+   us, as many peers as it reported have connected (or ``settle`` has
+   passed: ``beacon/timeout``, by which a peer the tower reports but that
+   never connects, a dead one, has expired; a store reader that is only
+   slow to connect, on a loaded machine, is waited for that long, since
+   resuming without its head could give a second content to an offset it
+   holds), and every store reader among them has been asked.
 2. A dafka-py store's DIRECT-PARTITIONS is its whole answer; a reference
    store's DIRECT-HEADs have no end marker, so while reference stores are
    among the readers the state waits ``ANSWER_WAIT`` after the last ask.
@@ -53,15 +57,18 @@ from __future__ import annotations
 from . import proto
 from .errors import PartitionClaimed, ResumeError
 
-SETTLE = 1.0  # seconds after the replay to wait for the peers reported to connect, at most
+SETTLE = 1.0  # seconds after the replay to wait for the peers reported to connect, at least (see ``settle``)
 ANSWER_WAIT = 0.5  # seconds after the last GET-HEADS for reference stores' DIRECT-HEADs
 NO_HEAD = -1  # no store holds the partition: the first record is offset 0
 
 
 class ResumeState:
     def __init__(self, address: str, topic: str, *, requester: str, min_stores: int, started: float,
-                 timeout: float, twin_wait: float = 0.0) -> None:
+                 timeout: float, twin_wait: float = 0.0, settle: float = SETTLE) -> None:
+        """``settle``: seconds after the replay to wait for the reported peers to connect, at most (the
+        producer gives ``beacon/timeout``; never less than :data:`SETTLE`)."""
         self.address = address
+        self.settle = max(SETTLE, settle)
         # A live peer beacons every beacon/interval, and the towers relay every beacon to every peer: after
         # longer than that, another live process with our address has been heard, replay or not.
         self.twin_wait = twin_wait
@@ -127,7 +134,7 @@ class ResumeState:
         if replayed and self._replayed_at is None:
             self._replayed_at = now
         settled = self._replayed_at is not None and (
-            self.connections >= peers or now >= self._replayed_at + SETTLE)
+            self.connections >= peers or now >= self._replayed_at + self.settle)
         if settled and self.readers >= self.min_stores and self.last_ask is not None:
             if self.answered and len(self.answered) >= self.readers:
                 return self.head  # every store reader is a dafka-py one and gave its whole answer

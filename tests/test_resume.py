@@ -27,7 +27,7 @@ REQ = "E" * 32  # the temporary address a resuming producer asks under
 
 def state(**kw) -> ResumeState:
     return ResumeState(ME, "orders", requester=REQ, min_stores=kw.pop("min_stores", 1), started=0.0,
-                       timeout=kw.pop("timeout", 10.0))
+                       timeout=kw.pop("timeout", 10.0), settle=kw.pop("settle", SETTLE))
 
 
 def partitions(reader: str, *entries: tuple[str, str, int], to: str = REQ) -> proto.DirectPartitionsMsg:
@@ -88,6 +88,31 @@ def test_waits_for_every_reported_peer_to_connect_or_settle():
     s.on_message(partitions("R1", ("orders", ME, 3)))
     assert s.decide(0.1, peers=3, replayed=True, twins=[]) is None  # two peers may be stores still connecting
     assert s.decide(0.1 + SETTLE, peers=3, replayed=True, twins=[]) == 3
+
+
+def test_a_store_slow_to_connect_is_waited_for_until_beacon_timeout_and_its_higher_head_counts():
+    """Under load a store reader can take more than a second to connect: resuming without its head would give
+    the offsets only it holds a second content (a CDC consumer then dropped changes as already applied)."""
+    s = state(min_stores=2, settle=4.0)  # the producer gives beacon/timeout
+    s.on_connection()
+    s.on_connection()
+    s.on_store_reader(0.0)
+    s.on_store_reader(0.0)
+    s.on_message(partitions("R1", ("orders", ME, 3)))
+    s.on_message(partitions("R2", ("orders", ME, 5)))
+    assert s.decide(0.1 + SETTLE, peers=3, replayed=True, twins=[]) is None  # the third peer is still coming
+    s.on_connection()  # it was a store, with the highest head
+    s.on_store_reader(2.0)
+    assert s.decide(2.1, peers=3, replayed=True, twins=[]) is None  # asked: its answer is awaited
+    s.on_message(partitions("R3", ("orders", ME, 9)))
+    assert s.decide(2.2, peers=3, replayed=True, twins=[]) == 9
+    dead = state(settle=4.0)  # a reported peer that never connects (dead, not expired yet): up to settle
+    dead.on_connection()
+    dead.on_store_reader(0.0)
+    dead.on_message(partitions("R1", ("orders", ME, 3)))
+    assert dead.decide(0.1, peers=2, replayed=True, twins=[]) is None  # (the replay, at 0.1)
+    assert dead.decide(0.1 + SETTLE, peers=2, replayed=True, twins=[]) is None
+    assert dead.decide(0.1 + 4.0, peers=2, replayed=True, twins=[]) == 3
 
 
 def test_too_few_stores_is_an_error_that_names_the_settings():
