@@ -23,7 +23,7 @@ import json
 import time
 from collections.abc import Iterable
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import errors
 
@@ -58,6 +58,10 @@ class BatchEntry:
     def encode(self) -> bytes:
         return json.dumps([self.partition, self.pid, self.epoch, self.base, self.count, self.offset],
                           separators=(",", ":")).encode()
+
+    def voided(self) -> BatchEntry:
+        """The entry that voids this one (or, of a voiding entry, the one it voids)."""
+        return replace(self, count=-self.count)
 
 
 def decode_entry(value: bytes) -> BatchEntry:
@@ -110,10 +114,10 @@ class Sequences:
         """Take the entries read back from ``topic``'s sequences partition, oldest first, whose records the
         partition holds (``heads``: Kafka partition -> its head); how many were taken."""
         kept = list(entries)
-        void = {(e.partition, e.pid, e.epoch, e.base, -e.count, e.offset) for e in kept if e.count < 0}
+        void = {e.voided() for e in kept if e.count < 0}  # (the entries they void)
         taken = 0
         for e in kept:
-            if e.count < 0 or (e.partition, e.pid, e.epoch, e.base, e.count, e.offset) in void:
+            if e.count < 0 or e in void:
                 continue
             if e.partition in heads and e.offset + e.count - 1 <= heads[e.partition]:
                 self.record((topic, e.partition), e.pid, e.epoch, e.base, e.count, e.offset)

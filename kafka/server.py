@@ -41,14 +41,15 @@ import struct
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from dafka.aio import AsyncConsumer, AsyncProducer, SendFuture
 from dafka.config import Config
 from dafka.errors import BufferFull, DafkaError, RecordTooLarge
 from dafka.group import decode_commits, encode_commits, offsets_topic
 from dafka.peer import partition_address
-from dafka.survey import StatusPeer
+from dafka.survey import StatusPeer, Survey
 
 from . import errors
 from .idempotence import APPEND, DUPLICATE, SEQUENCES_TOPIC, BatchEntry, decode_entry as decode_batch_entry
@@ -75,6 +76,7 @@ DESCRIBED_GROUPS = 200  # groups a PEER-INFO describes at most (its body is at m
 _SIZE = struct.Struct(">i")
 
 Row = tuple[int, int, bytes | None, bytes | None]  # offset, unix ms, key, value
+T = TypeVar("T")
 Heads = dict[str, dict[str, int]]  # topic -> partition address -> head (-1: none known)
 
 
@@ -200,10 +202,11 @@ class KafkaGateway:
         self._surveyed = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
         self._registry: AsyncProducer[bytes] | None = None
-        self._registry_read: asyncio.Future[list[bytes]] | None = None
+        self._registry_read = False  # the numbers given so far read back (retried until they are)
         self._numbering = asyncio.Lock()
         self._sequence_producers: dict[str, AsyncProducer[bytes]] = {}  # topic -> its sequences partition's
         self._appending: dict[tuple[str, int], asyncio.Lock] = {}  # one append at a time a partition
+        self._background: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self.address, self.port, limit=2 ** 20, ssl=self.tls)
@@ -346,7 +349,7 @@ class KafkaGateway:
         count = 0
         while address_of(name, count) in found:
             count += 1
-        foreign = {address: head for address, head in found.items() if index_of(name, address) is None}
+        foreign = _foreign(name, found)
         if count == 0 and not foreign:
             if not create:
                 return
@@ -392,18 +395,11 @@ class KafkaGateway:
         if head < 0:
             return
         values = await self._read_back(SEQUENCES_TOPIC + topic, noted.address, max(0, head - SEQUENCES_TAIL + 1), head)
-        entries = []
-        for value in values:
-            try:
-                entries.append(decode_batch_entry(value))
-            except ValueError as exc:
-                self.counters.malformed += 1
-                log.warning("topic %r: a sequences record that is not a batch entry (%s): skipped", topic, exc)
+        entries = self._decoded(values, decode_batch_entry, f"topic {topic!r}'s sequences")
         taken = self.mapping.sequences.restore(topic, entries, {i: p.next_offset - 1 for i, p in enumerate(producers)})
         log.info("topic %r: %d idempotent batch(es) read back", topic, taken)
 
-    @staticmethod
-    def _discard(resuming: list[asyncio.Future[AsyncProducer[bytes]]]) -> None:
+    def _discard(self, resuming: list[asyncio.Future[AsyncProducer[bytes]]]) -> None:
         """Stop the producers of partitions resumed in vain, once resumed."""
         async def stop(future: asyncio.Future[AsyncProducer[bytes]]) -> None:
             try:
@@ -412,7 +408,13 @@ class KafkaGateway:
                 return
             await producer.stop()
         for future in resuming:
-            asyncio.ensure_future(stop(future))
+            self._in_background(stop(future))
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` as a task the gateway holds until it ends (asyncio keeps only a weak reference)."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _view(self, name: str, writable: int) -> TopicView:
         """A topic's view: its ``writable`` gateway partitions, then the foreign ones the registry numbered."""
@@ -451,20 +453,27 @@ class KafkaGateway:
 
     async def _read_registry(self) -> None:
         """Read the partition numbers given so far back from the cluster, once, before giving any."""
-        if self._registry_read is not None and self._registry_read.done() and not self._registry_read.exception():
+        if self._registry_read:
             return
         loop = asyncio.get_running_loop()
         if self._registry is None:
             self._registry = await loop.run_in_executor(None, lambda: AsyncProducer(
                 REGISTRY_TOPIC, self.config, address=partition_address(REGISTRY_NAME), resume=True))
-        self._registry_read = asyncio.ensure_future(self._read_back(
-            REGISTRY_TOPIC, self._registry.address, 0, self._registry.next_offset - 1))
-        for value in await self._registry_read:
+        values = await self._read_back(REGISTRY_TOPIC, self._registry.address, 0, self._registry.next_offset - 1)
+        for entry in self._decoded(values, decode_entry, "the partition registry"):
+            self.numbers.take(entry)
+        self._registry_read = True
+
+    def _decoded(self, values: list[bytes], decode: Callable[[bytes], T], what: str) -> list[T]:
+        """The records read back from ``what`` that ``decode`` takes; the others counted malformed, skipped."""
+        out = []
+        for value in values:
             try:
-                self.numbers.take(decode_entry(value))
+                out.append(decode(value))
             except ValueError as exc:
                 self.counters.malformed += 1
-                log.warning("the partition registry holds a record that is not an entry (%s): skipped", exc)
+                log.warning("%s holds a record that is not an entry (%s): skipped", what, exc)
+        return out
 
     async def _read_back(self, topic: str, address: str, first: int, head: int) -> list[bytes]:
         """The values of a partition's records from ``first`` to ``head``, from the stores (compaction's gaps
@@ -515,12 +524,11 @@ class KafkaGateway:
                 first = False
                 for name, found in self.cluster_topics.items():
                     if address_of(name, 0) in found and name not in self.views:
-                        asyncio.ensure_future(self._resolve(name, False, found=found))
+                        self._in_background(self._resolve(name, False, found=found))
             if self.survey_interval <= 0:
                 return
             for name, view in list(self.views.items()):
-                found = self.cluster_topics.get(name, {})
-                foreign = {address: head for address, head in found.items() if index_of(name, address) is None}
+                foreign = _foreign(name, self.cluster_topics.get(name, {}))
                 if not foreign:
                     continue
                 writable = view.writable if view.foreign else view.count
@@ -537,27 +545,26 @@ class KafkaGateway:
 
     def _held_at(self, topic: str, since_ms: int) -> dict[str, int]:
         """What each partition of ``topic`` held at ``since_ms`` (HEADS-AT of its producers and stores)."""
-        peer = StatusPeer(self.config, topic, held_at_ms=since_ms)
-        try:
-            peer.start()
-            peer.run(SURVEY_SECONDS)
-            return peer.survey.held_at()
-        finally:
-            peer.close()
+        return self._run_survey(topic, since_ms).held_at()
 
     def _survey_all(self) -> Heads:
         return self._surveyed_heads(None)
 
     def _surveyed_heads(self, topic: str | None) -> Heads:
-        peer = StatusPeer(self.config, topic)
+        found: Heads = {}
+        for row in self._run_survey(topic).partition_rows():
+            heads = [h for h in (row["store_head"], row["producer_head"]) if h is not None]
+            found.setdefault(row["topic"], {})[row["partition"]] = max(heads, default=-1)
+        return found
+
+    def _run_survey(self, topic: str | None, held_at_ms: int | None = None) -> Survey:
+        """What a survey peer (``dafka status``'s) learns of ``topic`` (None: every one) in
+        :data:`SURVEY_SECONDS`."""
+        peer = StatusPeer(self.config, topic, held_at_ms=held_at_ms)
         try:
             peer.start()
             peer.run(SURVEY_SECONDS)
-            found: Heads = {}
-            for row in peer.survey.partition_rows():
-                heads = [h for h in (row["store_head"], row["producer_head"]) if h is not None]
-                found.setdefault(row["topic"], {})[row["partition"]] = max(heads, default=-1)
-            return found
+            return peer.survey
         finally:
             peer.close()
 
@@ -839,8 +846,7 @@ class KafkaGateway:
             first = await producer.send_many(batch.values, keys=batch.keys)
         except (RecordTooLarge, BufferFull) as exc:
             if entry is not None:  # the note must not stand for the records that take these offsets
-                await self._sequence_producers[key[0]].send(BatchEntry(
-                    entry.partition, pid, epoch, base, -count, entry.offset).encode())
+                await self._sequence_producers[key[0]].send(entry.voided().encode())
             return (errors.MESSAGE_TOO_LARGE if isinstance(exc, RecordTooLarge) else errors.REQUEST_TIMED_OUT), -1, False
         sequences.record(key, pid, epoch, base, count, first)
         return 0, first, False
@@ -879,3 +885,8 @@ class KafkaGateway:
                 found[key] = rows
                 total += size
         return found, total
+
+
+def _foreign(topic: str, found: dict[str, int]) -> dict[str, int]:
+    """The partitions of a survey of ``topic`` (address -> head) that no gateway numbers: dafka producers'."""
+    return {address: head for address, head in found.items() if index_of(topic, address) is None}
