@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 
 import click
 
@@ -76,12 +75,9 @@ def status(topic: str | None, wait_ms: int, as_json: bool, groups: bool, config_
     reader = None
     try:
         peer.start()
-        deadline = time.monotonic() + tower_timeout_ms / 1000.0
-        while not peer.connected:
-            if time.monotonic() >= deadline:
-                say(f"no tower answers at {tower} (after {tower_timeout_ms} ms)")
-                sys.exit(EXIT_FAILURE)
-            peer.run(0.02)
+        if not peer.wait_connected(tower_timeout_ms / 1000.0):
+            say(f"no tower answers at {tower} (after {tower_timeout_ms} ms)")
+            sys.exit(EXIT_FAILURE)
         if not groups:  # which partitions a mirror copied in, read meanwhile from the site's provenance topic
             reader = threading.Thread(target=lambda: mirrored.update(read_site(config, wait_ms / 1000.0)),
                                       name="dafka-status-provenance", daemon=True)

@@ -185,6 +185,16 @@ class StatusPeer:
         self.xpub.close(0)
         self.ctx.term()
 
+    def wait_connected(self, timeout: float) -> bool:
+        """Run until the tower is reached (it then replays the beacons it knows), at most ``timeout`` s: a
+        survey's window counts from there, not from a start the machine's load may have delayed."""
+        deadline = time.monotonic() + timeout
+        while not self.connected:
+            if time.monotonic() >= deadline:
+                return False
+            self.run(0.02)
+        return True
+
     def run(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         resent = False

@@ -559,10 +559,13 @@ class KafkaGateway:
 
     def _run_survey(self, topic: str | None, held_at_ms: int | None = None) -> Survey:
         """What a survey peer (``dafka status``'s) learns of ``topic`` (None: every one) in
-        :data:`SURVEY_SECONDS`."""
+        :data:`SURVEY_SECONDS` once it reached the tower (at most ``beacon/timeout`` later)."""
         peer = StatusPeer(self.config, topic, held_at_ms=held_at_ms)
         try:
             peer.start()
+            if not peer.wait_connected(self.config["beacon/timeout"] / 1000.0):
+                log.warning("survey of %s: no tower reached in %d ms", topic or "the cluster",
+                            self.config["beacon/timeout"])
             peer.run(SURVEY_SECONDS)
             return peer.survey
         finally:
