@@ -5,7 +5,7 @@
 cimport cython
 
 cdef double BURST_GAP
-cdef Py_ssize_t MAX_RECORDS, MAX_BYTES
+cdef Py_ssize_t MAX_RECORDS, MAX_BYTES, ATTRIBUTES_OVERHEAD
 
 cdef class Outbox:
     cdef public object min_acks
@@ -17,10 +17,12 @@ cdef class Outbox:
     cdef public object buffer
     cdef public Py_ssize_t buffered_bytes
     cdef public dict keys
+    cdef public dict attributes
     cdef public object released
     cdef public Py_ssize_t published_bytes
     cdef public list batch
     cdef public object batch_keys
+    cdef public object batch_attributes
     cdef public Py_ssize_t batch_bytes
     cdef public object batch_first
     cdef public bint batch_due

@@ -31,6 +31,7 @@ Cancelling any of their awaits leaves the object usable and loses nothing.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import time
 from collections import deque
@@ -40,11 +41,13 @@ from typing import Any, Callable, Generator, Generic, Iterable, Sequence, TypeVa
 
 import zmq
 
+from .attributes import Attributes
 from .consumer import Consumer, ConsumerOptions
 from .errors import BufferFull, Closed, FlushTimeout
 from .membership import Callback, ConsumerRebalanceListener
 from .peer import ConfigLike
-from .producer import Producer
+from .producer import Producer, SendHandle
+from .producer_state import attributes_size
 from .records import Record, RecordMetadata, TopicPartition
 
 __all__ = ["AsyncConsumer", "AsyncProducer", "SendFuture", "TopicPartition"]
@@ -556,8 +559,9 @@ class AsyncProducer(Generic[V]):
 
     # -- sending ----------------------------------------------------------------
 
-    async def send(self, value: V, key: Any = None) -> SendFuture:
-        """Publish one record (with ``key``, as :meth:`dafka.Producer.send`);
+    async def send(self, value: V, key: Any = None, *, headers: Sequence[tuple[str, bytes | None]] | None = None,
+                   timestamp_ms: int | None = None) -> SendFuture:
+        """Publish one record (with ``key``, ``headers`` and ``timestamp_ms``, as :meth:`dafka.Producer.send`);
         returns its :class:`SendFuture`, done once ``producer/min_acks``
         stores have ACKed it (at once with 0).  Raises
         :class:`RecordTooLarge`, :class:`BufferFull` and :class:`Closed` as
@@ -569,19 +573,23 @@ class AsyncProducer(Generic[V]):
             raw = self.value_serializer(value)
         else:
             raw = value  # type: ignore[assignment]  # an AsyncProducer[bytes]: bytes (the producer checks)
+        send = functools.partial(self._producer.send, raw, key=key, headers=headers, timestamp_ms=timestamp_ms,
+                                 timeout=0)
         if self._waiting_for_room:
-            return SendFuture(self, await self._send_when_room(raw, key))
+            return SendFuture(self, await self._send_when_room(send))
         try:
-            return SendFuture(self, self._producer.send(raw, key=key, timeout=0).offset)
+            return SendFuture(self, send().offset)
         except BufferFull:
-            return SendFuture(self, await self._send_when_room(raw, key))
+            return SendFuture(self, await self._send_when_room(send))
 
-    async def send_many(self, values: Sequence[V], *, keys: Sequence[Any] | None = None) -> int:
+    async def send_many(self, values: Sequence[V], *, keys: Sequence[Any] | None = None,
+                        attributes: Sequence[Attributes | None] | None = None) -> int:
         """Publish several records at once, in order, as :meth:`dafka.Producer.send_many` does (in as few
         RECORDS as fit, no Python step per record); returns the first one's offset (the others follow it).
         While the unacked buffer lacks room for them all, waits for it without blocking the loop
         (:class:`BufferFull` after ``producer/send_timeout``); a burst larger than the whole buffer goes
-        record by record, as :meth:`send`.  Wait for the acks with ``SendFuture(producer, last offset)``."""
+        record by record, as :meth:`send`.  Wait for the acks with ``SendFuture(producer, last offset)``.
+        ``attributes``: each record's (:mod:`dafka.attributes`; None: none)."""
         if self._producer._release_listener is None:
             self._attach()
         raws: Sequence[bytes] = values if self.value_serializer is None \
@@ -589,15 +597,20 @@ class AsyncProducer(Generic[V]):
         producer = self._producer
         state = producer._state
         size = sum(map(len, raws)) + (sum(len(k) for k in keys if k is not None) if keys is not None else 0)
+        if attributes is not None:
+            size += sum(map(attributes_size, attributes))
         if state.min_acks and (len(raws) > state.max_unacked or size > state.max_unacked_bytes):
             first = -1
             for i, raw in enumerate(raws):
-                future = await self.send(raw, None if keys is None else keys[i])  # type: ignore[arg-type]
-                first = future.offset if first < 0 else first
+                held = None if attributes is None else attributes[i]
+                send = functools.partial(producer.send_many, [raw], keys=None if keys is None else [keys[i]],
+                                         attributes=None if held is None else [held], timeout=0)
+                offset = await self._send_when_room(send)
+                first = offset if first < 0 else first
             return first
         async with self._room:  # behind the sends already waiting
             await self._room_for(len(raws), size)
-            return producer.send_many(raws, keys=keys, timeout=0)
+            return producer.send_many(raws, keys=keys, timeout=0, attributes=attributes)
 
     async def wait_for_room(self, count: int, size: int) -> None:
         """Until the unacked buffer has room for ``count`` records of ``size`` bytes in all (keys included),
@@ -639,9 +652,10 @@ class AsyncProducer(Generic[V]):
             await self._wakeup.wait(remaining)
         self._resolve()  # every future of a record sent before the flush is done when it returns
 
-    async def _send_when_room(self, value: bytes, key: Any) -> int:
-        """Wait for room (behind the sends already waiting), then publish;
-        returns the record's offset.  :class:`BufferFull` after ``producer/send_timeout``."""
+    async def _send_when_room(self, send: Callable[[], SendHandle | int]) -> int:
+        """Wait for room (behind the sends already waiting), then publish with ``send`` (the producer's,
+        which raises :class:`BufferFull` at once without room); returns the record's offset.
+        :class:`BufferFull` after ``producer/send_timeout``."""
         producer = self._producer
         timeout = producer.send_timeout
         deadline = time.monotonic() + timeout
@@ -650,7 +664,8 @@ class AsyncProducer(Generic[V]):
             async with self._room:
                 while True:
                     try:
-                        return producer.send(value, key=key, timeout=0).offset
+                        sent = send()
+                        return sent if isinstance(sent, int) else sent.offset
                     except BufferFull:
                         remaining = deadline - time.monotonic()
                         if remaining <= 0:

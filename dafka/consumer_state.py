@@ -29,7 +29,8 @@ from .inflight import fetch_window, mean_size
 from .intake import RecordIntake
 from .latest import LatestStarts
 from .packing import lengths_of, split_contents, split_records
-from .records import Record, keyed_record, keyed_records, make_record
+from .attributes import NO_TIME, decode_headers
+from .records import Record, RecordExtra, keyed_record, keyed_records, make_record
 
 log = logging.getLogger(__name__)
 
@@ -448,7 +449,7 @@ class ConsumerState(RecordIntake):
                 if p is not None:
                     self._on_records(p, msg)
                 elif (msg.subject, msg.address) in self.latest.waiting:
-                    keys = msg.key_list() if msg.key_lengths else None
+                    keys = record_extras(msg)
                     for n, content in enumerate(split_contents(msg.lengths, msg.contents)):
                         self._keep_early(msg.subject, msg.address, msg.sequence + n, content, keys[n] if keys else None)
         elif isinstance(msg, proto.HeadMsg):
@@ -499,7 +500,7 @@ class ConsumerState(RecordIntake):
         end = first + msg.count
         if end <= p.next:
             return  # all duplicates
-        keys = msg.key_list() if msg.key_lengths else None
+        keys = record_extras(msg)
         if p.record_size < 0:
             p.record_size = len(msg.contents) // msg.count
         if first > p.next:  # ahead of a gap: keep what the buffer bound allows, fetch the gap
@@ -687,3 +688,15 @@ class ConsumerState(RecordIntake):
             if p.head >= p.next and now - max(p.fetched_at, p.progress_at) >= wait:
                 p.forget_fetch()
                 self._request(p)
+
+
+def record_extras(msg: proto.DirectRecordsMsg) -> list[Any] | None:
+    """Each record's key, or a :class:`RecordExtra` for one with attributes (rfc 18.4), as
+    :func:`keyed_record` takes them; None when no record of ``msg`` has either."""
+    keys = msg.key_list() if msg.key_lengths else None
+    held = msg.attribute_list()
+    if held is None:
+        return keys
+    return [key if not (timestamp != NO_TIME or headers) else
+            RecordExtra(key, None if timestamp == NO_TIME else timestamp, decode_headers(headers))
+            for key, (timestamp, headers) in zip(keys or repeat(None), held)]

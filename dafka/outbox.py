@@ -22,6 +22,7 @@ from .publish_times import PublishTimes
 BURST_GAP = batching.BURST_GAP
 MAX_RECORDS = batching.MAX_RECORDS
 MAX_BYTES = batching.MAX_BYTES
+ATTRIBUTES_OVERHEAD = 8  # a held record's attributes count as their headers' bytes and a timestamp's
 
 
 class Outbox:
@@ -41,10 +42,12 @@ class Outbox:
         self.buffer: deque[bytes] = deque()
         self.buffered_bytes = 0  # of the values and keys held
         self.keys: dict[int, bytes] = {}  # the key of each held record that has one (rfc section 18)
+        self.attributes: dict[int, Any] = {}  # the attributes of each held record that has some (rfc 18.4)
         self.released = -1  # every sequence <= released is acked by min_acks stores
         self.published_bytes = 0
         self.batch: list[bytes] = []  # published records waiting to go out in one RECORDS
         self.batch_keys: dict[int, bytes] | None = None  # their keys, by place in the batch, once one has a key
+        self.batch_attributes: dict[int, Any] | None = None  # ... and their attributes, once one has some
         self.batch_bytes = 0
         self.batch_first = 0  # the sequence of batch[0]
         self.batch_due = False  # the batch is to go out now (see publish)
@@ -96,5 +99,9 @@ class Outbox:
             key = self.keys.pop(self.base, None)
             if key is not None:
                 self.buffered_bytes -= len(key)
+        if self.attributes:
+            held = self.attributes.pop(self.base, None)
+            if held is not None:
+                self.buffered_bytes -= ATTRIBUTES_OVERHEAD + len(held.headers)
         self.base += 1
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Generic, Sequence, TypeVar, overload
 import zmq
 
 from . import batching, heap, proto
+from .attributes import Attributes, record_attributes
 from .beacon import CONNECT, Beacon
 from .config import ConfigError
 from .errors import BufferFull, Closed, FlushTimeout, PartitionClaimed, RecordTooLarge
@@ -27,7 +28,7 @@ from .net import drain, wake_pipe
 from .peer import ConfigLike, DataSocket, as_config, connect, is_tagged_producer, new_address, read_subscriptions
 from .peer import ZERO_COPY_BYTES, queue_messages
 from .peer import raw_send as _raw_send
-from .producer_state import ProducerState
+from .producer_state import ProducerState, attributes_size
 from .records import RecordMetadata
 from .resume import ResumeState
 
@@ -252,6 +253,8 @@ class Producer(Generic[V]):
         value: V,
         *,
         key: Any = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+        timestamp_ms: int | None = None,
         on_delivery: Callable[[RecordMetadata | None, Exception | None], None] | None = None,
         timeout: float | None = None,
     ) -> SendHandle:
@@ -259,7 +262,10 @@ class Producer(Generic[V]):
 
         ``key`` (bytes, or what ``key_serializer`` takes; None: no key) travels
         with the record to dafka-py consumers and stores (rfc section 18); a
-        reference peer gets the value alone.  Blocks while
+        reference peer gets the value alone.  So do ``headers`` ((name, value)
+        pairs, as kafka-python's) and ``timestamp_ms`` (unix milliseconds), the
+        record's attributes (rfc section 18.4), which Kafka consumers of the
+        gateway read as the record's.  Blocks while
         ``producer/max_unacked`` records (or bytes) wait for acks, up to
         ``timeout`` seconds (default ``producer/send_timeout``), then raises
         :class:`BufferFull`.  ``on_delivery(metadata, None)`` is called from
@@ -272,6 +278,10 @@ class Producer(Generic[V]):
             raw = _as_bytes(raw)
         raw_key = None if key is None else self._key_bytes(key)
         size = len(raw) if raw_key is None else len(raw) + len(raw_key)
+        attributes = None
+        if headers is not None or timestamp_ms is not None:
+            attributes = record_attributes(headers, timestamp_ms)
+            size += attributes_size(attributes)
         if size > self.max_record_bytes:
             raise RecordTooLarge(
                 f"record of {size} bytes is over producer/max_record_bytes={self.max_record_bytes}; "
@@ -281,12 +291,14 @@ class Producer(Generic[V]):
             self._raise_unless_open()
             state = self._state
             now = _clock()
-            seq = state.publish(raw, now) if raw_key is None else state.publish_keyed(raw, raw_key, now)
+            plain = raw_key is None and attributes is None
+            seq = state.publish(raw, now) if plain else state.publish_keyed(raw, raw_key, now, attributes)
             if seq < 0:
-                seq = self._publish_when_room(raw, self.send_timeout if timeout is None else timeout, raw_key)
+                seq = self._publish_when_room(raw, self.send_timeout if timeout is None else timeout, raw_key,
+                                              attributes)
             audience = state.audience
             if audience.records and now >= audience.records_after:  # for who reads no batches (reference peers)
-                if raw_key is not None and audience.batches:
+                if not plain and audience.batches:
                     # the batch first: a dafka-py consumer gets the RECORD too (PUB cannot leave it out), and
                     # takes whichever form comes first
                     self._send_batch()
@@ -311,14 +323,16 @@ class Producer(Generic[V]):
         return SendHandle(self, seq)
 
     def send_many(self, values: Sequence[V], *, keys: Sequence[Any] | None = None, timeout: float | None = None,
-                  offset: int | None = None) -> int:
+                  offset: int | None = None, attributes: Sequence[Attributes | None] | None = None) -> int:
         """Publish several records at once, in order; thread-safe.  Returns
         the offset of the first (the others follow it, consecutively).  With
         ``offset``, the first record must get exactly that offset: a mirror
         copies record *k* of a partition as record *k*, and anything else
         raises :class:`ValueError` before any record is sent.  ``keys``, if
         given, holds one key per value (None: that record has none), as
-        :meth:`send`'s ``key``.
+        :meth:`send`'s ``key``; ``attributes`` likewise (:func:`dafka.attributes`:
+        a timestamp and encoded headers, as :meth:`send` makes them).
+
 
         For a caller that already holds a burst (a CDC connector draining its
         replication stream): the records go out in as few RECORDS messages as
@@ -340,10 +354,17 @@ class Producer(Generic[V]):
             raw_keys = [None if key is None else self._key_bytes(key) for key in keys]
             if all(key is None for key in raw_keys):
                 raw_keys = None
+        if attributes is not None:
+            if len(attributes) != len(raws):
+                raise ValueError(f"{len(attributes)} attributes for {len(raws)} values: nothing was sent")
+            if all(a is None for a in attributes):
+                attributes = None
         if not raws:
             return self._state.next_seq
         sizes = list(map(len, raws)) if raw_keys is None else \
             [len(raw) + (0 if key is None else len(key)) for raw, key in zip(raws, raw_keys)]
+        if attributes is not None:
+            sizes = [size + attributes_size(a) for size, a in zip(sizes, attributes)]
         largest = max(sizes)
         if largest > self.max_record_bytes:
             raise RecordTooLarge(f"record of {largest} bytes is over producer/max_record_bytes="
@@ -363,14 +384,15 @@ class Producer(Generic[V]):
             for start in range(0, len(raws), step):
                 chunk = raws[start:start + step]
                 chunk_keys = None if raw_keys is None else raw_keys[start:start + step]
+                chunk_attributes = None if attributes is None else attributes[start:start + step]
                 seq = state.publish_many(chunk, sum(sizes[start:start + step]) if step < len(raws) else total, now,
-                                         chunk_keys)
+                                         chunk_keys, chunk_attributes)
                 if seq < 0:
                     # too little room for all: wait record by record
-                    self._publish_one_by_one(chunk, now, timeout, chunk_keys)
+                    self._publish_one_by_one(chunk, now, timeout, chunk_keys, chunk_attributes)
                     continue
                 audience = state.audience
-                if chunk_keys is not None:
+                if chunk_keys is not None or chunk_attributes is not None:
                     self._send_batch()  # with keys, the batch before the RECORDs (see send)
                 if audience.records and now >= audience.records_after:  # a RECORD each for reference peers
                     pub = self._pub
@@ -386,18 +408,22 @@ class Producer(Generic[V]):
         return first_seq
 
     def _publish_one_by_one(self, values: Sequence[bytes], now: float, timeout: float,
-                            keys: Sequence[bytes | None] | None) -> None:
-        """With the lock held: publish ``values`` (with ``keys``), waiting for room as each needs it."""
+                            keys: Sequence[bytes | None] | None,
+                            attributes: Sequence[Attributes | None] | None = None) -> None:
+        """With the lock held: publish ``values`` (with ``keys`` and ``attributes``), waiting for room as each
+        needs it."""
         state = self._state
         audience = state.audience
         pub = self._pub
-        for value, key in zip(values, keys or [None] * len(values)):
-            seq = state.publish(value, now) if key is None else state.publish_keyed(value, key, now)
+        none = [None] * len(values)
+        for value, key, held in zip(values, keys or none, attributes or none):
+            plain = key is None and held is None
+            seq = state.publish(value, now) if plain else state.publish_keyed(value, key, now, held)
             if seq < 0:
                 self._send_batch()  # what waits goes before the wait for room
-                seq = self._publish_when_room(value, timeout, key)
+                seq = self._publish_when_room(value, timeout, key, held)
             if audience.records and now >= audience.records_after:
-                if key is not None and audience.batches:
+                if not plain and audience.batches:
                     self._send_batch()  # the batch before the RECORD (see send)
                 _raw_send(pub, state.record_frame(seq), zmq.SNDMORE)
                 _raw_send(pub, value)
@@ -520,14 +546,16 @@ class Producer(Generic[V]):
 
     # -- waiting ------------------------------------------------------------
 
-    def _publish_when_room(self, value: bytes, timeout: float, key: bytes | None = None) -> int:
+    def _publish_when_room(self, value: bytes, timeout: float, key: bytes | None = None,
+                           attributes: Attributes | None = None) -> int:
         """Wait (the lock released meanwhile) until the buffer takes ``value``;
         returns its sequence, or raises :class:`BufferFull` after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         state = self._state
         while True:
             now = _clock()
-            seq = state.publish(value, now) if key is None else state.publish_keyed(value, key, now)
+            seq = state.publish(value, now) if key is None and attributes is None \
+                else state.publish_keyed(value, key, now, attributes)
             if seq >= 0:
                 return seq
             remaining = deadline - time.monotonic()

@@ -29,7 +29,10 @@ from typing import TYPE_CHECKING, Generator, Iterator, Sequence
 
 from . import batching, extensions, outbox, proto
 from . import bulk as bulk_answers
+from .attributes import Attributes
+from .attributes import pack as attributes_frames
 from .inflight import MESSAGE_OVERHEAD, InflightLedger
+from .outbox import ATTRIBUTES_OVERHEAD
 from .publish_times import PublishTimes
 
 if TYPE_CHECKING:
@@ -96,15 +99,28 @@ class ProducerState(Outbox):
             return True
         return len(self.buffer) < self.max_unacked and self.buffered_bytes + size <= self.max_unacked_bytes
 
-    def publish_keyed(self, content: bytes, key: bytes, now: float = 0.0) -> int:
-        """:meth:`publish` for a record with a key, which travels with it to
-        whoever reads keys (kept apart, so that an unkeyed record pays
-        nothing for keys); the key's bytes count in the buffer's bytes once
-        the record is in."""
+    def publish_keyed(self, content: bytes, key: bytes | None, now: float = 0.0,
+                      attributes: Attributes | None = None) -> int:
+        """:meth:`publish` for a record with a key or attributes (a timestamp, headers: rfc 18.4), which
+        travel with it to whoever reads keys (kept apart, so that a plain record pays nothing for them);
+        their bytes count in the buffer's bytes once the record is in."""
         seq = self.publish(content, now)
         if seq >= 0:
-            self._keep_key(seq, key)
+            if key is not None:
+                self._keep_key(seq, key)
+            if attributes is not None:
+                self._keep_attributes(seq, attributes)
         return seq
+
+    def _keep_attributes(self, seq: int, attributes: Attributes) -> None:
+        self.attributes[seq] = attributes
+        size = ATTRIBUTES_OVERHEAD + len(attributes.headers)
+        self.buffered_bytes += size
+        self.published_bytes += size
+        if self.batch and seq >= self.batch_first:
+            if self.batch_attributes is None:
+                self.batch_attributes = {}
+            self.batch_attributes[seq - self.batch_first] = attributes
 
     def _keep_key(self, seq: int, key: bytes) -> None:
         self.keys[seq] = key
@@ -122,13 +138,15 @@ class ProducerState(Outbox):
             len(self.buffer) + n <= self.max_unacked and self.buffered_bytes + size <= self.max_unacked_bytes)
 
     def publish_many(self, values: Sequence[bytes], size: int, now: float = 0.0,
-                     keys: Sequence[bytes | None] | None = None) -> int:
+                     keys: Sequence[bytes | None] | None = None,
+                     attributes: Sequence[Attributes | None] | None = None) -> int:
         """Take all of ``values`` (``size`` bytes in all) if the unacked
         buffer has room for them together (or is empty): returns the first
         one's sequence, or -1, taking nothing.  They join the live batch
         whole, due at once: :meth:`publish` for a burst already in hand, with
         no Python call per record.  ``keys``, if given, holds each record's key
-        (None: none), and ``size`` counts their bytes too."""
+        (None: none), and ``size`` counts their bytes too; ``attributes`` likewise
+        (:func:`attributes_size`)."""
         buffer = self.buffer
         n = len(values)
         if not self.room_for(n, size):
@@ -138,6 +156,8 @@ class ProducerState(Outbox):
         self.buffered_bytes += size
         if keys is not None:
             self.keys.update((s, key) for s, key in zip(range(seq, seq + n), keys) if key is not None)
+        if attributes is not None:
+            self.attributes.update((s, a) for s, a in zip(range(seq, seq + n), attributes) if a is not None)
         if not self.min_acks:
             self.released = seq + n - 1
             while len(buffer) > self.max_unacked or self.buffered_bytes > self.max_unacked_bytes:
@@ -155,6 +175,11 @@ class ProducerState(Outbox):
                 found = {at + i: key for i, key in enumerate(keys) if key is not None}
                 if found:
                     self.batch_keys = {**(self.batch_keys or {}), **found}
+            if attributes is not None:
+                at = len(batch)
+                held = {at + i: a for i, a in enumerate(attributes) if a is not None}
+                if held:
+                    self.batch_attributes = {**(self.batch_attributes or {}), **held}
             batch.extend(values)
             self.batch_bytes += size
             self.batch_due = True
@@ -341,11 +366,14 @@ class ProducerState(Outbox):
             batch_keys = self.batch_keys
             key_lengths, keys = (b"", b"") if batch_keys is None else proto.pack_keys(
                 [batch_keys.get(i) for i in range(n)])
-            messages.append([self._keyed_prefix + header, lengths, contents, key_lengths, keys])
+            held = self.batch_attributes
+            frames = _NO_ATTRIBUTES if held is None else attributes_frames([held.get(i) for i in range(n)])
+            messages.append([self._keyed_prefix + header, lengths, contents, key_lengths, keys, *frames])
         if self.audience.plain or not self.audience.keyed:
             messages.append([self._records_prefix + header, lengths, contents])
         self.batch = []
         self.batch_keys = None
+        self.batch_attributes = None
         self.batch_bytes = 0
         self.batches_sent += 1
         return messages
@@ -445,14 +473,23 @@ class ProducerState(Outbox):
             frame = prefix + seq.to_bytes(8, "big") + n.to_bytes(4, "big") + _NO_STAMPS
             message = [frame, lengths, contents]
             if keyed:
-                keys = self.keys
+                keys, kept = self.keys, self.attributes
                 message += proto.pack_keys([keys.get(s) for s in range(seq, seq + n)]) if keys else [b"", b""]
+                message += attributes_frames([kept.get(s) for s in range(seq, seq + n)]) if kept else _NO_ATTRIBUTES
             if (yield message) is False:
                 return seq, spent, True
             spent += sum(map(len, message)) + MESSAGE_OVERHEAD
             seq += n
             count = bulk_answers.next_count(n, len(contents))
         return seq, spent, False
+
+
+_NO_ATTRIBUTES = (b"", b"", b"")  # frames 6-8 of a keyed message whose records have no attributes
+
+
+def attributes_size(attributes: Attributes | None) -> int:
+    """What a record's attributes count in the unacked buffer's bytes."""
+    return 0 if attributes is None else ATTRIBUTES_OVERHEAD + len(attributes.headers)
 
 
 _NO_STAMPS = proto.encode_stamps(())  # a producer does not know when stores received its records

@@ -1,8 +1,8 @@
-"""The RFC 46 (Dafka) wire codec: the nine message types, XPUB subscription
+"""The RFC 46 (Dafka) wire codec: the reference's message types, XPUB subscription
 frames, the tower/beacon frames, and this project's extensions, which only
 dafka-py peers ask for (DIRECT-TAIL, bulk answers, live batches, groups,
-sharded stores, PEER-INFO, keyed records, DIRECT-GAP, HEADS-AT: rfc/dafka.md
-sections 7.5 and 12-20).
+sharded stores, PEER-INFO, keyed records and their attributes, DIRECT-GAP,
+HEADS-AT: rfc/dafka.md sections 7.5 and 12-20).
 
 Byte-exact with the reference C encoder (see ``rfc/dafka.md``).  Frame 1 of
 every message is::
@@ -36,6 +36,7 @@ from typing import ClassVar, Sequence, Union
 import msgpack
 
 # the per-record loop over a batch's contents has a compiled twin (dafka/packing.py)
+from . import attributes
 from .packing import SWAP as _SWAP
 from .packing import U32 as _U32
 from .packing import lengths_of as _lengths
@@ -276,6 +277,11 @@ class DirectRecordsMsg:
     # RECORDS and DIRECT-RECORDS.
     key_lengths: bytes = b""
     keys: bytes = b""
+    # Their frames 6, 7 and 8 (rfc section 18.4, dafka.attributes): each record's timestamp and headers; all
+    # three empty when no record has any.
+    times: bytes = b""
+    header_lengths: bytes = b""
+    headers: bytes = b""
 
     live: ClassVar[bool] = False  # sent live to the topic (RECORDS), not to a requester
     keyed: ClassVar[bool] = False  # has the frames of keys
@@ -287,6 +293,10 @@ class DirectRecordsMsg:
     def key_list(self) -> list[bytes | None] | None:
         """Each record's key (None: it has none), or None when no record has one."""
         return split_keys(self.key_lengths, self.keys) if self.key_lengths else None
+
+    def attribute_list(self) -> list[attributes.Attributes] | None:
+        """Each record's attributes (timestamp and encoded headers), or None when no record has any."""
+        return attributes.unpack(self.times, self.header_lengths, self.headers) if self.times else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -613,8 +623,10 @@ def encode(msg: Message) -> list[bytes]:
         )
         if msg.keyed:
             _check_keys(msg.key_lengths, msg.keys, count, ValueError)
-            return [frame, bytes(msg.lengths), bytes(msg.contents), bytes(msg.key_lengths), bytes(msg.keys)]
-        if msg.key_lengths or msg.keys:
+            attributes.check(msg.times, msg.header_lengths, msg.headers, count, ValueError)
+            return [frame, bytes(msg.lengths), bytes(msg.contents), bytes(msg.key_lengths), bytes(msg.keys),
+                    bytes(msg.times), bytes(msg.header_lengths), bytes(msg.headers)]
+        if msg.key_lengths or msg.keys or msg.times or msg.header_lengths or msg.headers:
             raise ValueError(f"{_NAMES[MESSAGE_IDS[kind]]} carries no keys: send {_NAMES[MESSAGE_IDS[kind]][:-7]}"
                              "KEYED-RECORDS")
         return [frame, bytes(msg.lengths), bytes(msg.contents)]
@@ -772,8 +784,8 @@ class _Reader:
 _HEAD_LIKE: dict[bytes, type[HeadMsg | DirectHeadMsg | DirectTailMsg]] = {
     HEAD: HeadMsg, DIRECT_HEAD: DirectHeadMsg, DIRECT_TAIL: DirectTailMsg}
 _TWO_FRAMES = frozenset((RECORD, DIRECT_RECORD))
-_FRAMES = {RECORD: 2, DIRECT_RECORD: 2, DIRECT_RECORDS: 3, RECORDS: 3, PEER_INFO: 2, KEYED_RECORDS: 5,
-           DIRECT_KEYED_RECORDS: 5}
+_FRAMES = {RECORD: 2, DIRECT_RECORD: 2, DIRECT_RECORDS: 3, RECORDS: 3, PEER_INFO: 2, KEYED_RECORDS: 8,
+           DIRECT_KEYED_RECORDS: 8}
 _RECORDS_KINDS: dict[bytes, type[DirectRecordsMsg]] = {
     DIRECT_RECORDS: DirectRecordsMsg, RECORDS: RecordsMsg, KEYED_RECORDS: KeyedRecordsMsg,
     DIRECT_KEYED_RECORDS: DirectKeyedRecordsMsg}
@@ -907,14 +919,17 @@ def _decode_records(cls: type[DirectRecordsMsg], r: _Reader, topic: str, frames:
         raise MalformedMessage("DIRECT-RECORDS lengths do not add up to its contents")
     if not cls.keyed:
         return cls(topic, address, subject, seq, lengths, contents, stamps)
-    key_lengths, keys = frames[3], frames[4]
-    if not (isinstance(key_lengths, bytes) and isinstance(keys, bytes)):
+    extra = frames[3:]
+    if not all(isinstance(f, bytes) for f in extra):
         try:
-            key_lengths, keys = bytes(key_lengths), bytes(keys)
+            extra = [bytes(f) for f in extra]
         except TypeError:
             raise MalformedMessage("KEYED-RECORDS frame is not bytes") from None
+    key_lengths, keys, times, header_lengths, headers = extra
     _check_keys(key_lengths, keys, count, MalformedMessage)
-    return cls(topic, address, subject, seq, lengths, contents, stamps, key_lengths, keys)
+    attributes.check(times, header_lengths, headers, count, MalformedMessage)
+    return cls(topic, address, subject, seq, lengths, contents, stamps, key_lengths, keys, times, header_lengths,
+               headers)
 
 
 def _leaving_flag(r: _Reader, name: str) -> bool:

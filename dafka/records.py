@@ -30,19 +30,46 @@ class Record(NamedTuple, Generic[V]):
         when it has none.  Not one of the tuple's fields, so that any record unpacks as four."""
         return None
 
+    @property
+    def timestamp(self) -> int | None:
+        """The record's own timestamp, unix milliseconds (rfc 18.4: a Kafka producer's, or ``timestamp_ms``
+        of :meth:`dafka.Producer.send`), None when it has none."""
+        return None
+
+    @property
+    def headers(self) -> tuple[tuple[str, bytes | None], ...]:
+        """The record's headers, (name, value) pairs in order (rfc 18.4), empty when it has none."""
+        return ()
+
+
+class RecordExtra(NamedTuple):
+    """What a record carries beside its value, where it has attributes (rfc 18.4): :func:`keyed_record`
+    takes it in place of a key."""
+
+    key: Any
+    timestamp: int | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
 
 class KeyedRecord(Record[V]):
-    """A :class:`Record` with a key: built only for records that have one (:func:`keyed_records`), so
-    that the records of unkeyed topics stay plain tuples, built in C."""
+    """A :class:`Record` with a key or attributes: built only for records that have them
+    (:func:`keyed_records`), so that the records of plain topics stay plain tuples, built in C."""
 
-    key: Any = None  # set on each instance (its __dict__), in place of the property
+    # set on each instance (its __dict__), in place of the properties
+    key: Any = None
+    timestamp: int | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
     def __repr__(self) -> str:
+        extra = "" if self.timestamp is None and not self.headers else \
+            f", timestamp={self.timestamp!r}, headers={self.headers!r}"
         return f"Record(topic={self.topic!r}, partition={self.partition!r}, offset={self.offset!r}, " \
-               f"value={self.value!r}, key={self.key!r})"
+               f"value={self.value!r}, key={self.key!r}{extra})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return keyed_record, (self.topic, self.partition, self.offset, self.value, self.key)
+        key = self.key if self.timestamp is None and not self.headers else \
+            RecordExtra(self.key, self.timestamp, self.headers)
+        return keyed_record, (self.topic, self.partition, self.offset, self.value, key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +96,15 @@ make_record = partial(tuple.__new__, Record)
 
 
 def keyed_record(topic: str, partition: str, offset: int, value: Any, key: Any) -> Record[Any]:
-    """A record with ``key``; a plain :class:`Record` when ``key`` is None."""
+    """A record with ``key`` (or a :class:`RecordExtra`: a key and attributes); a plain :class:`Record`
+    when ``key`` is None."""
     if key is None:
         return make_record((topic, partition, offset, value))
     record = tuple.__new__(KeyedRecord, (topic, partition, offset, value))
-    record.key = key
+    if type(key) is RecordExtra:
+        record.key, record.timestamp, record.headers = key
+    else:
+        record.key = key
     return record
 
 
@@ -90,7 +121,9 @@ def deserialized(record: Record[bytes], value: Callable[[bytes], Any] | None,
     (None: kept as bytes)."""
     raw_key = record.key
     new_value = record.value if value is None else value(record.value)
-    if raw_key is None:
+    plain = record.timestamp is None and not record.headers
+    if raw_key is None and plain:
         return make_record((record.topic, record.partition, record.offset, new_value))
+    new_key = raw_key if key is None or raw_key is None else key(raw_key)
     return keyed_record(record.topic, record.partition, record.offset, new_value,
-                        raw_key if key is None else key(raw_key))
+                        new_key if plain else RecordExtra(new_key, record.timestamp, record.headers))

@@ -41,6 +41,7 @@ TOMBSTONE_RECHECK_MS = 3_600_000  # a partition that kept tombstones is passed o
 CHECK_EVERY = 64  # key entries between two looks at whether records wait (a step ends early for them)
 IDLE_MS = 10_000  # a partition not written for this long is compacted to its head, however small its dirty part
 TOMBSTONE = keys.TOMBSTONE
+KEYS_PER_RECORD = 3  # what a step deletes for each record: its content, its key and its attributes (rfc 18.4)
 
 
 class Topics:
@@ -115,6 +116,7 @@ class Pass:
             if last > seq or (value[:1] == TOMBSTONE and seq <= self.cleaned and seq <= self.tombstone_limit):
                 deletes.append(records + key[-keys.SEQ_BYTES:])
                 deletes.append(key)
+                deletes.append(p.record_attributes_prefix + key[-keys.SEQ_BYTES:])  # (rfc 18.4: if it has some)
                 self.deleted += 1
             else:
                 self.kept += 1

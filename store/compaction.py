@@ -93,8 +93,8 @@ def expired(db, partitions: Iterable[Partition], now_ms: int, retention_ms: int,
 
 
 def partition_keys(db, p: Partition) -> list[bytes]:
-    """Every key of the partition: records, their keys, stamps and its head."""
-    found = [key for prefix in (p.key_prefix, p.record_keys_prefix, p.stamp_prefix)
+    """Every key of the partition: records, their keys and attributes, stamps and its head."""
+    found = [key for prefix in (p.key_prefix, p.record_keys_prefix, p.record_attributes_prefix, p.stamp_prefix)
              for key in db.iterator(start=prefix, stop=keys.prefix_end(prefix), include_value=False)]
     found.append(p.head_key)
     return found

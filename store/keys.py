@@ -16,6 +16,7 @@ This project adds two kinds of key, under prefixes the reference never reads
 
     'I'                                             ->  empty: the end of the heads
     'k' subject NUL address NUL seq(8, BE)          ->  flag(1) and the record's key (rfc sections 18, 19)
+    'a' subject NUL address NUL seq(8, BE)          ->  timestamp(8, LE, signed) and headers (rfc 18.4)
     't' subject NUL address NUL first_seq(8, BE)    ->  msgpack [last_seq, unix_ms, nbytes]
     'v'                                             ->  msgpack format version (an int)
     'i'                                             ->  the store's identity: 32 hex digits, drawn once
@@ -41,6 +42,10 @@ unkeyed records has no 'k' entry, and the 'M' entries stay the reference's
 (a reference store that opens the database serves the values, without their
 keys).  Whatever deletes a partition's records (retention, a handover)
 deletes their keys with them.
+
+A record's *attributes* (:data:`RECORD_ATTRIBUTES`, rfc 18.4: a Kafka record's timestamp and headers, as
+:mod:`dafka.attributes` encodes them) are kept the same way, only for a record that has some, and deleted
+with it.
 
 The *end of the heads* (:data:`HEADS_END`) sorts after every 'H' key and
 before every 'M' key.  A listing of heads reads until it sees a key that is not
@@ -76,6 +81,7 @@ RECORD = b"M"
 HEAD = b"H"
 STAMP = b"t"
 RECORD_KEY = b"k"
+RECORD_ATTRIBUTES = b"a"
 FORMAT = b"v"
 HEADS_END = b"I"
 STORE_ID = b"i"
@@ -140,6 +146,16 @@ def record_key_entry(subject: str | bytes, address: str | bytes, seq: int) -> by
     return partition_prefix(RECORD_KEY, subject, address) + seq_bytes(seq)
 
 
+def attributes_entry_value(timestamp: int, headers: bytes) -> bytes:
+    """The value of a record's ``a`` entry: its timestamp (i64, little-endian) and its encoded headers."""
+    return timestamp.to_bytes(8, "little", signed=True) + headers
+
+
+def attributes_of_entry(value: bytes) -> tuple[int, bytes]:
+    """(timestamp, encoded headers) of an ``a`` entry's value."""
+    return int.from_bytes(value[:8], "little", signed=True), value[8:]
+
+
 def stamp_key(subject: str | bytes, address: str | bytes, first: int) -> bytes:
     return partition_prefix(STAMP, subject, address) + seq_bytes(first)
 
@@ -166,7 +182,7 @@ def parse_key(key: bytes) -> ParsedKey:
         if not body.endswith(b"\0"):
             raise ValueError(f"head key {key!r} does not end with NUL")
         body = body[:-1]
-    elif tag in (RECORD, STAMP, RECORD_KEY):
+    elif tag in (RECORD, STAMP, RECORD_KEY, RECORD_ATTRIBUTES):
         if len(key) < 1 + 2 + SEQ_BYTES or key[-SEQ_BYTES - 1] != 0:
             raise ValueError(f"key {key!r} has no NUL-separated sequence")
         body, seq = key[1 : -SEQ_BYTES - 1], seq_of(key[-SEQ_BYTES:])

@@ -42,6 +42,8 @@ import plyvel
 import zmq
 
 from dafka import proto
+from dafka.attributes import Attributes
+from dafka.attributes import pack as attributes_frames
 from dafka.beacon import Beacon
 from dafka.config import Config
 from dafka import bulk as bulk_answers
@@ -74,6 +76,7 @@ class _Answer:
     """One FETCH being answered: records ``next .. end-1`` still to send."""
 
     __slots__ = ("key", "requester", "subject", "producer", "partition", "prefix", "out_prefix", "bulk", "keys_prefix",
+                 "attributes_prefix",
                  "next", "end", "left", "it", "last", "carry", "first", "chunk", "exhausted",
                  "stalled_since", "paused_since", "paced_at", "done")
 
@@ -88,6 +91,8 @@ class _Answer:
         self.bulk = bulk or keyed  # the requester reads DIRECT-RECORDS
         # ...with the records' keys (rfc 18): where they are kept, None when it does not read them
         self.keys_prefix = keys.partition_prefix(keys.RECORD_KEY, subject, producer) if keyed else None
+        # ...and their attributes (rfc 18.4)
+        self.attributes_prefix = keys.partition_prefix(keys.RECORD_ATTRIBUTES, subject, producer) if keyed else None
         if keyed:
             self.out_prefix = proto.record_prefix(proto.DIRECT_KEYED_RECORDS, requester, producer, subject)
         elif bulk:
@@ -764,6 +769,7 @@ class Reader(RoleThread):
             frames = [frame, lengths, contents]
             if answer.keys_prefix is not None:
                 frames += self._record_keys(answer.keys_prefix, first, n)
+                frames += self._record_attributes(answer.attributes_prefix, first, n)
             if not self._send_message(answer, frames, first, first + n):
                 answer.carry.append((frames, first, first + n))
                 break
@@ -779,6 +785,16 @@ class Reader(RoleThread):
         if not found:
             return b"", b""
         return proto.pack_keys([found.get(seq) for seq in range(first, first + n)])
+
+    def _record_attributes(self, prefix: bytes, first: int, n: int) -> tuple[bytes, bytes, bytes]:
+        """Frames 6, 7 and 8 of a DIRECT-KEYED-RECORDS of records ``first .. first+n-1``: their attributes
+        (rfc 18.4), read in one seek as their keys are (none in a topic that no Kafka producer writes)."""
+        found = {keys.seq_of(key[-keys.SEQ_BYTES:]): Attributes(*keys.attributes_of_entry(value))
+                 for key, value in self._db.iterator(start=_key(prefix, first), stop=_key(prefix, first + n),
+                                                     fill_cache=False)}
+        if not found:
+            return b"", b"", b""
+        return attributes_frames([found.get(seq) for seq in range(first, first + n)])
 
     def _contiguous_run(self, answer: _Answer, first: int, n: int, head: int) -> tuple[int, list[bytes]]:
         """The records from ``first`` on when ``first .. first+n-1`` (at most

@@ -127,9 +127,10 @@ def plan_partition(db, p: Partition, now_ms: int, retention_ms: int, retention_b
     if not deletes:
         return None
     records = len(deletes)
-    # the keys of the deleted records (rfc 18), if they had any
-    deletes += db.iterator(start=p.record_keys_prefix + keys.seq_bytes(p.floor),
-                           stop=p.record_keys_prefix + keys.seq_bytes(new_tail), include_value=False)
+    # the keys and attributes of the deleted records (rfc 18), if they had any
+    for prefix in (p.record_keys_prefix, p.record_attributes_prefix):
+        deletes += db.iterator(start=prefix + keys.seq_bytes(p.floor), stop=prefix + keys.seq_bytes(new_tail),
+                               include_value=False)
     cut = Cut(p, new_tail, records, freed, deletes)
     # Stamps: drop those wholly deleted, rewrite the one that straddles new_tail.
     for stamp in stamps(db, p):

@@ -406,11 +406,12 @@ class Writer(RoleThread):
                                                     include_value=False), budget))
             stamps = list(self._db.iterator(start=p.stamp_prefix, stop=keys.prefix_end(p.stamp_prefix),
                                             include_value=False))
-            if records:  # the keys of these records (rfc 18), if they had any
+            if records:  # the keys and attributes of these records (rfc 18), if they had any
                 first, last = records[0][-8:], records[-1][-8:]
-                stamps += self._db.iterator(start=p.record_keys_prefix + first,
-                                            stop=p.record_keys_prefix + (keys.seq_of(last) + 1).to_bytes(8, "big"),
-                                            include_value=False)
+                for prefix in (p.record_keys_prefix, p.record_attributes_prefix):
+                    stamps += self._db.iterator(start=prefix + first,
+                                                stop=prefix + (keys.seq_of(last) + 1).to_bytes(8, "big"),
+                                                include_value=False)
             try:
                 self._write_checked([], [], [p.head_key, *stamps, *records])
             except (plyvel.Error, OSError, StoreError) as exc:
@@ -490,7 +491,7 @@ class Writer(RoleThread):
                 self._pass = None  # started again, from what is in the database
                 log.error("store writer %s: compaction could not delete records (%s); will retry", self.address, exc)
                 return False
-            self.compaction_deleted += len(deletes) // 2
+            self.compaction_deleted += len(deletes) // cleaner.KEYS_PER_RECORD
         if cleaning.done:
             cleaning.finish(now_ms, self.tombstone_ms)
             self._pass = None

@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import logging
 from itertools import repeat
-from typing import Any
+from typing import Any, NamedTuple
 
 from dafka import proto
+from dafka.attributes import NONE as NO_ATTRIBUTES
+from dafka.attributes import Attributes
 from dafka.inflight import fetch_window, mean_size
 from dafka.intake import RecordIntake
 from dafka.packing import sequence_keys, split_contents
@@ -54,6 +56,7 @@ REACK_EVERY = 32  # at most this many HEADs between two re-ACKs of the same sequ
 class Partition:
     __slots__ = (
         "subject", "address", "key_prefix", "head_key", "stamp_prefix", "ack_prefix", "record_keys_prefix",
+        "record_attributes_prefix",
         "head", "written", "known_head", "pending",
         "fetch_seq", "fetch_end", "fetched_at", "progress_at", "tick_head", "tail_hint",
         "batch_first", "batch_bytes", "stamp_first", "stamp_last", "stamp_start_ms", "stamp_bytes",
@@ -68,6 +71,7 @@ class Partition:
         self.head_key = keys.head_key(subject, address)
         self.stamp_prefix = keys.partition_prefix(keys.STAMP, subject, address)
         self.record_keys_prefix = keys.partition_prefix(keys.RECORD_KEY, subject, address)  # records' own keys
+        self.record_attributes_prefix = keys.partition_prefix(keys.RECORD_ATTRIBUTES, subject, address)  # rfc 18.4
         self.ack_prefix = proto.encode(proto.AckMsg(address, subject, 0))[0][:-8]
         self.head = head  # highest contiguous sequence accepted (-1: none)
         self.written = head  # highest sequence durably written (-1: none)
@@ -107,10 +111,34 @@ class Partition:
         return f"<Partition {self.subject}/{self.address} head={self.head} written={self.written}>"
 
 
+class Extra(NamedTuple):
+    """What a record with attributes (rfc 18.4) carries beside its content, where a keyed one carries its
+    key alone: this module's record paths take either."""
+
+    key: bytes | None
+    attributes: Attributes
+
+
+def record_extras(msg: proto.DirectRecordsMsg) -> list[Any] | None:
+    """Each record's key, or an :class:`Extra` for one with attributes; None when no record has either."""
+    record_keys = msg.key_list() if msg.key_lengths else None
+    held = msg.attribute_list()
+    if held is None:
+        return record_keys
+    return [key if a == NO_ATTRIBUTES else Extra(key, a) for key, a in zip(record_keys or repeat(None), held)]
+
+
+def _extra_size(extra: Any) -> int:
+    if type(extra) is Extra:
+        return len(extra.key or b"") + 8 + len(extra.attributes.headers)
+    return len(extra)
+
+
 def _pending_cost(held: Any) -> int:
-    """What a buffered record (its content, or (content, key)) counts against ``max_pending_bytes``."""
+    """What a buffered record (its content, or (content, key or Extra)) counts against
+    ``max_pending_bytes``."""
     if type(held) is tuple:
-        return len(held[0]) + len(held[1]) + PENDING_OVERHEAD
+        return len(held[0]) + _extra_size(held[1]) + PENDING_OVERHEAD
     return len(held) + PENDING_OVERHEAD
 
 
@@ -362,7 +390,7 @@ class WriterState(RecordIntake):
         first = msg.sequence
         end = first + msg.count
         start = p.head + 1
-        record_keys = msg.key_list() if msg.key_lengths else None
+        record_keys = record_extras(msg)
         if record_keys is not None and first < start:
             self._keep_keys(p, first, min(end, start), record_keys, msg)
         if end <= start:
@@ -383,8 +411,7 @@ class WriterState(RecordIntake):
         if record_keys is not None:
             for seq, key in zip(range(start, end), record_keys[start - first:]):
                 if key is not None:
-                    self._keys.append(p.record_keys_prefix + seq.to_bytes(8, "big"))
-                    self._values.append(keys.key_entry_value(key, values[seq - start]))
+                    self._stage_extra(p, seq, key, values[seq - start])
         self._staged += end - start
         p.head = end - 1
         p.batch_bytes += sum(map(len, values))
@@ -402,21 +429,30 @@ class WriterState(RecordIntake):
         contents = split_contents(msg.lengths, msg.contents)[:end - first]
         for seq, key, content in zip(range(first, end), record_keys, contents):
             if key is not None:
-                self._keys.append(p.record_keys_prefix + seq.to_bytes(8, "big"))
-                self._values.append(keys.key_entry_value(key, content))
+                self._stage_extra(p, seq, key, content)
 
     def _stage(self, p: Partition, seq: int, content: bytes, key: bytes | None = None) -> None:
         self._keys.append(p.key_prefix + seq.to_bytes(8, "big"))
         self._values.append(content)
         if key is not None:
-            self._keys.append(p.record_keys_prefix + seq.to_bytes(8, "big"))
-            self._values.append(keys.key_entry_value(key, content))
+            self._stage_extra(p, seq, key, content)
         self._staged += 1
         p.head = seq
         p.batch_bytes += len(content)
         if p.batch_first < 0:
             p.batch_first = seq
             self._touched.append(p)
+
+    def _stage_extra(self, p: Partition, seq: int, extra: Any, content: bytes) -> None:
+        """The entries of record ``seq``'s key (``extra``: a key, or an :class:`Extra`) and attributes."""
+        key = extra
+        if type(extra) is Extra:
+            key, held = extra
+            self._keys.append(p.record_attributes_prefix + seq.to_bytes(8, "big"))
+            self._values.append(keys.attributes_entry_value(held.timestamp, held.headers))
+        if key is not None:
+            self._keys.append(p.record_keys_prefix + seq.to_bytes(8, "big"))
+            self._values.append(keys.key_entry_value(key, content))
 
     def _after_store(self, p: Partition) -> None:
         """After ``p.head`` moved: take the buffered records that now follow

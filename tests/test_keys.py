@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from dafka import Consumer, Producer, proto
+from dafka import Consumer, Producer, attributes, proto
 from dafka.aio import AsyncConsumer, AsyncProducer
 from dafka.peer import new_address
 from dafka.store import Store
@@ -60,6 +60,58 @@ def test_keys_reach_consumers_live_and_from_the_stores_and_a_reference_consumer_
         live.close()
         for store in stores:
             store.stop()
+
+
+@pytest.mark.timeout(120)
+def test_timestamps_and_headers_reach_consumers_live_and_from_a_restarted_store_and_a_reference_gets_the_values(
+        tower, tmp_path):
+    """rfc 18.4: what ``send(headers=, timestamp_ms=)`` and ``send_many(attributes=)`` give a record reaches a
+    live consumer and, once the producer is gone and the store restarted, a late one from the database; a
+    reference consumer gets the values as RFC 46 messages, and nothing else."""
+    store = Store(loopback_config(tower), db=str(tmp_path / "db")).start()
+    live = Consumer(TOPIC, config=loopback_config(tower, consumer__offset__reset="earliest"))
+    producer = Producer(TOPIC, loopback_config(tower, producer__min_acks=1))
+    ref = None
+
+    def expected(i: int) -> tuple:
+        if i % 4 == 0:
+            return i, b"v%d" % i, None, ()
+        return i, b"v%d" % i, 1_700_000_000_000 + i, (("n", b"%d" % i), ("null", None))[: 1 + i % 2]
+
+    try:
+        wait_for(lambda: producer.stats()["audience_batches"] and live.poll(0.01) is None
+                 and producer.stats()["peers"] >= 3, what="the consumer and the store subscribed")
+        for i in range(500):
+            _, _, ts, headers = expected(i)
+            producer.send(b"v%d" % i, headers=None if ts is None else list(headers), timestamp_ms=ts)
+        held = [None if expected(i)[2] is None else attributes.record_attributes(expected(i)[3], expected(i)[2])
+                for i in range(500, 1_000)]
+        producer.send_many([b"v%d" % i for i in range(500, 1_000)], attributes=held)
+        with pytest.raises(ValueError, match="timestamp_ms"):
+            producer.send(b"x", timestamp_ms=1.5)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="a header is a"):
+            producer.send(b"x", headers=[("h", "not bytes")])  # type: ignore[list-item]
+        producer.flush(30)
+        want = [expected(i) for i in range(1_000)]
+        assert [(r.offset, r.value, r.timestamp, r.headers) for r in take(live, 1_000)] == want
+        address = producer.address
+        producer.close(timeout=10)
+        store.stop()
+        store = Store(loopback_config(tower), db=str(tmp_path / "db")).start()
+        with Consumer(TOPIC, config=loopback_config(tower, consumer__offset__reset="earliest")) as late:
+            got = take(late, 1_000)
+        assert [(r.offset, r.value, r.timestamp, r.headers) for r in got] == want
+        ref = RefConsumer(tower.sub_endpoint, tower.pub_endpoint, new_address(), earliest=True, keep=True)
+        ref.subscribe(TOPIC)
+        assert ref.run(lambda: ref.total() >= 1_000, 30), ref.delivered
+        assert ref.contents[(TOPIC, address)] == [b"v%d" % i for i in range(1_000)]
+        assert ref.foreign == 0
+    finally:
+        if ref is not None:
+            ref.close()
+        producer.close(timeout=5)
+        live.close()
+        store.stop()
 
 
 @pytest.mark.timeout(60)

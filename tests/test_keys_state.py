@@ -3,9 +3,14 @@ batch, the keys in a producer's FETCH answers, and a consumer delivering them wi
 
 from __future__ import annotations
 
-from dafka import batching, bulk, proto
+import pickle
+
+from dafka import attributes, batching, bulk, proto
 from dafka.consumer_state import ConsumerState
 from dafka.producer_state import ProducerState
+from dafka.records import deserialized
+from dafka.store import keys
+from dafka.store.writer_state import WriterState
 
 P = "P" * 32
 ME = "C" * 32
@@ -171,3 +176,66 @@ def test_a_producer_holds_a_fetch_until_its_requester_listens_and_drops_it_if_it
     assert type(answer) is proto.DirectRecordMsg and answer.topic == ME  # (the requester travels as its topic)
     state.on_fetch(proto.FetchMsg(P, ME, "t", 1, 1), now=1.0 + bulk.UNHEARD_WAIT + 0.1)  # drops the phantom's
     assert not state.settling.unheard and state.settling.unheard_dropped == 1 and not state.answering
+
+
+# -- attributes (rfc 18.4) ------------------------------------------------------------------------------------
+
+STAMPED = attributes.record_attributes([("trace", b"t1"), ("empty", b""), ("null", None)], 1_700_000_000_123)
+TIMED = attributes.record_attributes(None, -5)  # (Kafka allows timestamps before 1970)
+
+
+def test_a_batch_and_a_fetch_answer_carry_each_records_attributes_to_who_reads_keys():
+    state = ProducerState(P, "t", min_acks=1)
+    for prefix in (b"\x01Qt\0", b"\x01" + bulk.subscriptions(ME, keys=True)[-1]):
+        state.on_subscription(proto.decode_subscription(prefix))
+    for prefix in bulk.subscriptions(ME, keys=True):
+        state.on_subscription(proto.decode_subscription(b"\x01" + prefix))
+    held = state.buffered_bytes
+    state.publish_many([b"a", b"b", b"c"], 3 + 2 + 2 * 8 + len(STAMPED.headers), 0.0, [None, b"kb", None],
+                       [STAMPED, None, TIMED])
+    state.publish_keyed(b"d", None, 1.0, STAMPED)  # attributes without a key
+    (live,) = decoded(state.take_batch())
+    assert type(live) is proto.KeyedRecordsMsg and live.count == 4
+    assert live.attribute_list() == [STAMPED, attributes.NONE, TIMED, STAMPED]
+    assert live.key_list() == [None, b"kb", None, None]
+    state.on_fetch(proto.FetchMsg(P, ME, "t", 1, 3))
+    (answer,) = decoded(list(state.fetch_answers(budget=10**9)))
+    assert type(answer) is proto.DirectKeyedRecordsMsg and answer.attribute_list() == [attributes.NONE, TIMED, STAMPED]
+    # acked records leave with their attributes and the bytes they held
+    assert state.buffered_bytes == held + 4 + 2 + 3 * 8 + 2 * len(STAMPED.headers)
+    state.on_ack("store", proto.AckMsg(P, "t", 2))
+    assert list(state.attributes) == [3] and state.buffered_bytes == held + 1 + 8 + len(STAMPED.headers)
+
+
+def test_a_consumer_delivers_each_records_timestamp_and_headers_across_a_gap():
+    consumer = ConsumerState(ME, reset="earliest")
+    consumer.subscribe("t")
+
+    def keyed(seq: int, values: list[bytes], held: list, direct: bool = False) -> list[bytes]:
+        cls = proto.DirectKeyedRecordsMsg if direct else proto.KeyedRecordsMsg
+        return proto.encode(cls(ME if direct else "t", P, "t", seq, *proto.pack_contents(values), (),
+                                *proto.pack_keys([b"k"] + [None] * (len(values) - 1)), *attributes.pack(held)))
+
+    consumer.on_frames(keyed(0, [b"a", b"b"], [STAMPED, None]))
+    consumer.on_frames(keyed(3, [b"d"], [TIMED]))  # ahead of a gap: kept with its attributes
+    consumer.on_frames(keyed(2, [b"c"], [None], direct=True))
+    got = list(consumer.ready)
+    assert [(r.offset, r.key, r.timestamp, r.headers) for r in got] == [
+        (0, b"k", STAMPED.timestamp, (("trace", b"t1"), ("empty", b""), ("null", None))),
+        (1, None, None, ()), (2, b"k", None, ()), (3, b"k", -5, ())]
+    assert pickle.loads(pickle.dumps(got[0])) == got[0] and pickle.loads(pickle.dumps(got[0])).headers == got[0].headers
+    assert deserialized(got[0], bytes.upper, bytes.decode).headers == got[0].headers
+    assert "timestamp=1700000000123" in repr(got[0]) and "timestamp" not in repr(got[2])
+
+
+def test_a_store_keeps_attributes_beside_the_records_and_only_for_those_that_have_some():
+    state = WriterState("W" * 32)
+    state.on_frames(proto.encode(proto.KeyedRecordsMsg("t", P, "t", 0, *proto.pack_contents([b"a", b"b", b"c"]), (),
+                                                       b"", b"", *attributes.pack([STAMPED, None, TIMED]))))
+    batch = state.take_batch(1_000)
+    entries = {k: v for k, v in zip(batch.keys, batch.values) if k[:1] == keys.RECORD_ATTRIBUTES}
+    prefix = keys.partition_prefix(keys.RECORD_ATTRIBUTES, "t", P)
+    assert entries == {prefix + keys.seq_bytes(0): keys.attributes_entry_value(*STAMPED),
+                       prefix + keys.seq_bytes(2): keys.attributes_entry_value(*TIMED)}
+    assert attributes.Attributes(*keys.attributes_of_entry(entries[prefix + keys.seq_bytes(2)])) == TIMED
+    assert keys.parse_key(prefix + keys.seq_bytes(2)).seq == 2

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from dafka import proto
+from dafka import attributes, proto
 from dafka.proto import (
     AckMsg,
     Beacon,
@@ -108,7 +108,7 @@ def _round_trip(msg: proto.Message) -> None:
     frames = proto.encode(msg)
     assert all(isinstance(f, bytes) for f in frames)
     assert len(frames) == (2 if isinstance(msg, (RecordMsg, DirectRecordMsg, proto.PeerInfoMsg))
-                           else 5 if isinstance(msg, DirectRecordsMsg) and msg.keyed
+                           else 8 if isinstance(msg, DirectRecordsMsg) and msg.keyed
                            else 3 if isinstance(msg, DirectRecordsMsg) else 1)
     assert frames[0][:1] == proto.MESSAGE_IDS[type(msg)]
     decoded = proto.decode(frames)
@@ -310,16 +310,27 @@ def test_direct_records_round_trip(msg):
     _round_trip(msg)
 
 
+header_lists = st.lists(st.tuples(_wire_strings(40), st.one_of(st.none(), st.binary(max_size=16))),
+                        max_size=4).map(tuple)
+record_attributes = st.one_of(
+    st.none(),
+    st.builds(lambda ts, headers: attributes.Attributes(ts, attributes.encode_headers(headers)),
+              st.one_of(st.just(attributes.NO_TIME), st.integers(-2**63, 2**63 - 1)), header_lists))
+
+
 @st.composite
 def keyed_records(draw):
     """A KEYED-RECORDS or DIRECT-KEYED-RECORDS (rfc 18) of 1..40 records, each with a key, an empty key or
-    none (and sometimes no key at all: empty frames 4 and 5)."""
+    none (and sometimes no key at all: empty frames 4 and 5), and attributes or none (rfc 18.4: sometimes
+    none at all, empty frames 6 to 8)."""
     plain = draw(direct_records())
     keys = draw(st.lists(st.one_of(st.none(), st.binary(max_size=24)), min_size=plain.count, max_size=plain.count))
     key_lengths, packed = proto.pack_keys(keys)
+    held = draw(st.lists(record_attributes, min_size=plain.count, max_size=plain.count))
     cls = draw(st.sampled_from([proto.KeyedRecordsMsg, proto.DirectKeyedRecordsMsg]))
     return cls(plain.topic, plain.address, plain.subject, plain.sequence, plain.lengths, plain.contents,
-               plain.stamps if cls is proto.DirectKeyedRecordsMsg else (), key_lengths, packed)
+               plain.stamps if cls is proto.DirectKeyedRecordsMsg else (), key_lengths, packed,
+               *attributes.pack(held))
 
 
 @ROUND_TRIP
@@ -329,10 +340,32 @@ def test_keyed_records_round_trip(msg):
     keys = msg.key_list()
     assert keys is None or len(keys) == msg.count
     assert proto.pack_keys(keys or [None] * msg.count) == (msg.key_lengths, msg.keys)
+    held = msg.attribute_list()
+    assert held is None or len(held) == msg.count
+    assert attributes.pack(held or [None] * msg.count) in ((msg.times, msg.header_lengths, msg.headers),
+                                                          (b"", b"", b""))
+    for a in held or ():
+        assert attributes.encode_headers(attributes.decode_headers(a.headers)) == a.headers
 
 
 @FUZZ
-@given(keyed_records(), st.integers(0, 4), st.integers(0, 200), st.binary(min_size=1, max_size=4))
+@given(st.binary(max_size=300))
+def test_decode_headers_of_any_bytes_is_exact_or_a_value_error(blob):
+    try:
+        headers = attributes.decode_headers(blob)
+    except ValueError:
+        return
+    assert attributes.encode_headers(headers) == blob
+
+
+@ROUND_TRIP
+@given(header_lists)
+def test_headers_round_trip(headers):
+    assert attributes.decode_headers(attributes.encode_headers(headers)) == headers
+
+
+@FUZZ
+@given(keyed_records(), st.integers(0, 7), st.integers(0, 200), st.binary(min_size=1, max_size=4))
 def test_decode_damaged_keyed_records(msg, which, at, garbage):
     """Any frame of a keyed message cut, grown or overwritten: decoded exactly, or refused as malformed."""
     frames = [bytearray(f) for f in proto.encode(msg)]
@@ -350,8 +383,14 @@ def test_keys_travel_only_in_the_keyed_kinds():
     with pytest.raises(ValueError, match="send DIRECT-KEYED-RECORDS"):
         proto.encode(DirectRecordsMsg("c", "p", "t", 0, lengths, contents, (), key_lengths, keys))
     frames = proto.encode(proto.KeyedRecordsMsg("t", "p", "t", 0, lengths, contents, (), key_lengths, keys))
-    with pytest.raises(MalformedMessage, match="5 frame"):
+    with pytest.raises(MalformedMessage, match="8 frame"):
         proto.decode(frames[:3])  # a keyed message cut to a RECORDS' frames is refused, not read without keys
+    with pytest.raises(MalformedMessage, match="8 frame"):
+        proto.decode(frames[:5])  # ... and one cut to its keys, not read without its records' attributes
+    times, header_lengths, headers = attributes.pack([attributes.Attributes(1, b"")])
+    with pytest.raises(ValueError, match="send KEYED-RECORDS"):
+        proto.encode(proto.RecordsMsg("t", "p", "t", 0, lengths, contents, (), b"", b"", times, header_lengths,
+                                      headers))
 
 
 @st.composite

@@ -478,6 +478,7 @@ def test_retention_seeks_from_the_floor_not_over_what_it_deleted(tmp_path):
         assert _stored(db)[0] == 60 and p.floor == 60  # the same cut as from the first key
         assert seeks.starts and set(seeks.starts) <= {p.key_prefix + keys.seq_bytes(30),
                                                       p.record_keys_prefix + keys.seq_bytes(30),
+                                                      p.record_attributes_prefix + keys.seq_bytes(30),
                                                       p.stamp_prefix + keys.seq_bytes(30)}, seeks.starts
     finally:
         db.close()
