@@ -355,6 +355,9 @@ define("consumer/batches", "bool", 1,
 define("consumer/bulk", "bool", 1,
        "ask dafka-py stores and producers for FETCH answers in bulk (DIRECT-RECORDS, DIRECT-PARTITIONS); "
        "0 = RFC 46 answers only")
+define("consumer/store_times", "bool", 0,
+       "give a record that has no timestamp of its own (rfc 18.4) the time a store received it, from the "
+       "stamps of the store's answers (as Kafka's log time; the Kafka gateway's reads): a Python step a record")
 define("consumer/group/auto_commit", "bool", 1,
        "a group member commits the positions it has returned every auto_commit_interval, when partitions "
        "move away from it and when it closes (kafka-python's enable_auto_commit)")

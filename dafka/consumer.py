@@ -135,6 +135,7 @@ class Consumer(Generic[V]):
             batches=c["consumer/batches"],
             heads_interval=c["consumer/heads_interval"] / 1000.0,
             group=self._group.state if self._group else None,
+            store_times=c["consumer/store_times"],
         )
         self._lock = threading.RLock()  # re-entered by rebalance callbacks that commit or ask the assignment
         self._closed = False

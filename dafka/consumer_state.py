@@ -89,8 +89,10 @@ class ConsumerState(RecordIntake):
         batches: bool = True,
         heads_interval: float = 1.0,
         group: GroupState | None = None,
+        store_times: bool = False,
     ) -> None:
         super().__init__()
+        self.store_times = store_times  # a record without a timestamp gets its store's (consumer/store_times)
         if reset not in ("latest", "earliest"):
             raise ValueError(f"consumer/offset/reset must be 'latest' or 'earliest', not {reset!r}")
         self.address = address
@@ -501,6 +503,8 @@ class ConsumerState(RecordIntake):
         if end <= p.next:
             return  # all duplicates
         keys = record_extras(msg)
+        if msg.stamps and self.store_times:
+            keys = stamped_extras(msg, keys)
         if p.record_size < 0:
             p.record_size = len(msg.contents) // msg.count
         if first > p.next:  # ahead of a gap: keep what the buffer bound allows, fetch the gap
@@ -700,3 +704,22 @@ def record_extras(msg: proto.DirectRecordsMsg) -> list[Any] | None:
     return [key if not (timestamp != NO_TIME or headers) else
             RecordExtra(key, None if timestamp == NO_TIME else timestamp, decode_headers(headers))
             for key, (timestamp, headers) in zip(keys or repeat(None), held)]
+
+
+def stamped_extras(msg: proto.DirectRecordsMsg, extras: list[Any] | None) -> list[Any]:
+    """:func:`record_extras` with the time its store received each record (the stamp at or below its
+    sequence, ``msg.stamps``) given to the records without a timestamp of their own."""
+    stamps = msg.stamps
+    out = []
+    at, time_ms = -1, None
+    for seq, extra in zip(range(msg.sequence, msg.sequence + msg.count), extras or repeat(None)):
+        while at + 1 < len(stamps) and stamps[at + 1][0] <= seq:
+            at += 1
+            time_ms = stamps[at][1]
+        if type(extra) is RecordExtra:
+            if extra.timestamp is None:
+                extra = RecordExtra(extra.key, time_ms, extra.headers)
+        elif time_ms is not None:
+            extra = RecordExtra(extra, time_ms, ())
+        out.append(extra)
+    return out

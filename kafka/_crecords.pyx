@@ -12,6 +12,9 @@ from libc.string cimport memcpy
 from dafka.kafka.wire import DecodeError
 
 cdef object KafkaRecord = None  # dafka.kafka.records' class, taken at the first call: that module imports this one
+from dafka.attributes import NO_TIME, Attributes
+
+cdef object _make_attributes = Attributes._make
 
 
 cdef inline int64_t _varint(const uint8_t* p, Py_ssize_t end, Py_ssize_t* pos) except? -1:
@@ -48,14 +51,16 @@ def read_records(bytes body, count, first_ts):
     return _read(body, count, first_ts, None)
 
 
-def read_columns(bytes body, count):
+def read_columns(bytes body, count, first_ts):
     cdef list keys = []
-    values = _read(body, count, 0, keys)
-    return values, (keys if any(k is not None for k in keys) else None)
+    cdef list held = []
+    values = _read(body, count, first_ts, keys, held)
+    return values, (keys if any(k is not None for k in keys) else None), held
 
 
-cdef list _read(bytes body, count, first_ts, list keys):
-    """The records (``keys`` None), or their values, their keys appended to ``keys``: as records.py's _read."""
+cdef list _read(bytes body, count, first_ts, list keys, list held=None):
+    """The records (``keys`` None), or their values, their keys appended to ``keys`` and their attributes to
+    ``held``: as records.py's _read."""
     global KafkaRecord
     if KafkaRecord is None:
         from dafka.kafka.records import KafkaRecord
@@ -66,7 +71,10 @@ cdef list _read(bytes body, count, first_ts, list keys):
     cdef Py_ssize_t pos = 0, start, i, n_records = count
     cdef int64_t size, n, headers_count, h, ts_delta
     cdef bint columns = keys is not None
+    cdef bint timed = first_ts != -1
     cdef list out = []
+    cdef _Out blob = _Out() if columns else None  # one record's headers in dafka's encoding, reused
+    cdef Py_ssize_t name_start
     for i in range(n_records):
         size = _varint(p, end, &pos)
         start = pos
@@ -79,11 +87,14 @@ cdef list _read(bytes body, count, first_ts, list keys):
         value = _blob(p, end, &pos, _varint(p, end, &pos))
         headers = None if columns else []
         headers_count = _varint(p, end, &pos)
+        if columns:
+            blob.used = 0
         h = 0
         while h < headers_count:
             n = _varint(p, end, &pos)
             if n < 0 or n > end - pos:
                 raise DecodeError(f"{n} bytes wanted at {pos}, {end - pos} left")
+            name_start = pos
             try:
                 name = PyUnicode_DecodeUTF8(<const char*>p + pos, <Py_ssize_t>n, NULL)
             except UnicodeDecodeError:
@@ -92,12 +103,22 @@ cdef list _read(bytes body, count, first_ts, list keys):
             header_value = _blob(p, end, &pos, _varint(p, end, &pos))
             if not columns:
                 headers.append((name, header_value))
+            else:  # dafka's encoding of the headers (dafka/attributes.py): u32 LE lengths, 2^32-1 for null
+                blob.u32le(<uint64_t>n)
+                blob.raw(<const char*>p + name_start, <Py_ssize_t>n)
+                if header_value is None:
+                    blob.u32le(0xFFFFFFFF)
+                else:
+                    blob.u32le(<uint64_t>PyBytes_GET_SIZE(header_value))
+                    blob.raw(PyBytes_AS_STRING(header_value), PyBytes_GET_SIZE(header_value))
             h += 1
         if pos - start != size:
             raise DecodeError(f"a record of {pos - start} bytes that said {size}")
         if columns:
             out.append(b"" if value is None else value)
             keys.append(key)
+            held.append(_make_attributes((first_ts + ts_delta if timed else NO_TIME,
+                                          blob.take())))
         else:
             out.append(KafkaRecord(delta, first_ts + ts_delta, key, value, headers))
     if pos != end:
@@ -132,6 +153,21 @@ cdef class _Out:
             PyByteArray_Resize(self.buf, have)
         return <uint8_t*>PyByteArray_AS_STRING(self.buf) + self.used
 
+    cdef inline void u32le(self, uint64_t value) except *:
+        cdef uint8_t* at = self.room(4)
+        at[0] = <uint8_t>(value & 0xFF)
+        at[1] = <uint8_t>((value >> 8) & 0xFF)
+        at[2] = <uint8_t>((value >> 16) & 0xFF)
+        at[3] = <uint8_t>((value >> 24) & 0xFF)
+        self.used += 4
+
+    cdef inline void raw(self, const char* data, Py_ssize_t n) except *:
+        memcpy(self.room(n), data, n)
+        self.used += n
+
+    cdef inline bytes take(self):
+        return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(self.buf), self.used)
+
     cdef inline void varint(self, int64_t value) except *:
         self.used += _put_varint(self.room(10), value)
 
@@ -155,7 +191,7 @@ def encode_records(base_offset, first_ts, rows, headers=None):
     cdef int64_t ts_delta, delta
     cdef bytes raw
     for row in rows:
-        offset, ts, key, value = row
+        offset, ts, key, value = row[0], row[1], row[2], row[3]
         ts_delta, delta = ts - first_ts, offset - base_offset  # OverflowError beyond 64 bits, as the pure one
         record.used = 0
         record.room(1)[0] = 0

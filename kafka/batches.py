@@ -17,7 +17,9 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .records import KafkaRecord, encode_records, read_columns, read_records
+from dafka.attributes import Attributes
+
+from .records import NO_TIMESTAMP, KafkaRecord, encode_records, read_columns, read_records
 from .wire import DecodeError, uvarint
 
 cramjam: Any
@@ -59,7 +61,8 @@ class Batch:
     body_bytes: int = 0  # the records' bytes, decompressed (at least their keys' and values')
     count: int = 0
     values: list[bytes] = field(default_factory=list)  # read as columns: each record's value (null: empty)...
-    keys: list[bytes | None] | None = None  # ...and key (None: no record has one)
+    keys: list[bytes | None] | None = None  # ...and key (None: no record has one)...
+    record_attributes: list[Attributes] = field(default_factory=list)  # ...and timestamp and headers (rfc 18.4)
 
     @property
     def compression(self) -> int:
@@ -174,9 +177,9 @@ def read_batches(data: bytes | memoryview, columns: bool = False) -> list[Batch]
             continue
         body = decompress(attributes & 0x07, view[pos + HEADER.size:end])
         if columns:
-            values, keys = read_columns(body, count)
+            values, keys, held = read_columns(body, count, NO_TIMESTAMP if attributes & TIMESTAMP_LOG_APPEND else first_ts)
             out.append(Batch(base, attributes, last_delta, first_ts, max_ts, pid, pepoch, base_seq, [], len(body),
-                             count, values, keys))
+                             count, values, keys, held))
         else:
             out.append(Batch(base, attributes, last_delta, first_ts, max_ts, pid, pepoch, base_seq,
                              read_records(body, count, first_ts), len(body), count))

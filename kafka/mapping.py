@@ -666,8 +666,8 @@ class Mapping:
         return reads
 
     def fetch_response(self, reads: Reads, topics: dict[str, TopicView],
-                       found: dict[tuple[str, int], list[tuple[int, int, bytes | None, bytes | None]]]) -> bytes:
-        """``found``: (topic, index) -> the records read, as (offset, unix ms, key, value)."""
+                       found: dict[tuple[str, int], list[tuple[Any, ...]]]) -> bytes:
+        """``found``: (topic, index) -> the records read, as (offset, unix ms, key, value, headers)."""
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for key in reads.order:
             topic, index = key
@@ -681,11 +681,17 @@ class Mapping:
                     "last_stable_offset": head + 1 if code == 0 else -1,
                     "log_start_offset": view.tail(index) if view is not None and code == 0 else -1,
                     "aborted_transactions": None, "preferred_read_replica": -1,
-                    "records": batches.write_batch(records[0][0], records) if records else b""}
+                    "records": _batch(records) if records else b""}
             by_topic.setdefault(topic, []).append(part)
         body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
                 "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
         return encode_body(FETCH, reads.request.version, body)
+
+
+def _batch(rows: list[tuple[Any, ...]]) -> bytes:
+    """One batch of a partition's (offset, unix ms, key, value, headers) rows, with their headers if any has."""
+    headers = [row[4] for row in rows]
+    return batches.write_batch(rows[0][0], rows, headers=headers if any(headers) else None)
 
 
 def read_only_topic(topic: str) -> str:

@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from dafka import extensions
+from dafka.attributes import NO_TIME, Attributes, encode_headers
 
 from .wire import DecodeError, Reader, varint
 
 INT64 = range(-(2 ** 63), 2 ** 63)
-Row = tuple[int, int, bytes | None, bytes | None]  # offset, unix ms, key, value
+NO_TIMESTAMP = -1  # a batch's first timestamp when its producer gave none (Kafka's)
+Row = tuple[int, int, bytes | None, bytes | None]  # offset, unix ms, key, value (a longer tuple: the rest unread)
 Headers = Sequence[tuple[str, bytes | None]]
 
 
@@ -40,17 +42,22 @@ def read_records(body: bytes, count: int, first_ts: int) -> list[KafkaRecord]:
     return _read(body, count, first_ts, None)  # type: ignore[return-value]
 
 
-def read_columns(body: bytes, count: int) -> tuple[list[bytes], list[bytes | None] | None]:
-    """The values and keys (None: no record has one) of the ``count`` records of a batch's body, checked as
-    :func:`read_records` checks them: what a Produce publishes, with no object a record.  A null value is
-    empty (a dafka record has no null value; keyed, it is a tombstone, rfc 18)."""
+def read_columns(body: bytes, count: int, first_ts: int) -> tuple[list[bytes], list[bytes | None] | None,
+                                                                  list[Attributes]]:
+    """The values, keys (None: no record has one) and attributes (rfc 18.4: the timestamp, NO_TIME when the
+    batch has none, and the headers in dafka's encoding) of the ``count`` records of a batch's body, checked
+    as :func:`read_records` checks them: what a Produce publishes, with no Python step a record.  A null
+    value is empty (a dafka record has no null value; keyed, it is a tombstone, rfc 18)."""
     keys: list[bytes | None] = []
-    values = _read(body, count, 0, keys)
-    return values, (keys if any(k is not None for k in keys) else None)  # type: ignore[return-value]
+    held: list[Attributes] = []
+    values = _read(body, count, first_ts, keys, held)
+    return values, (keys if any(k is not None for k in keys) else None), held  # type: ignore[return-value]
 
 
-def _read(body: bytes, count: int, first_ts: int, keys: list[bytes | None] | None) -> list[KafkaRecord | bytes | None]:
-    """The records (``keys`` None), or their values with their keys appended to ``keys``."""
+def _read(body: bytes, count: int, first_ts: int, keys: list[bytes | None] | None,
+          held: list[Attributes] | None = None) -> list[KafkaRecord | bytes | None]:
+    """The records (``keys`` None), or their values with their keys appended to ``keys`` and their
+    attributes to ``held``."""
     r = Reader(body)
     if count < 0 or count > len(body):
         raise DecodeError(f"{count} records in {len(body)} bytes")
@@ -81,6 +88,8 @@ def _read(body: bytes, count: int, first_ts: int, keys: list[bytes | None] | Non
         else:
             out.append(b"" if value is None else value)
             keys.append(key)
+            held.append(Attributes(NO_TIME if first_ts == NO_TIMESTAMP else ts,  # type: ignore[union-attr]
+                                   encode_headers(headers) if headers else b""))
     if r.remaining():
         raise DecodeError(f"{r.remaining()} bytes after the batch's last record")
     return out
@@ -91,7 +100,8 @@ def encode_records(base_offset: int, first_ts: int, rows: Sequence[Row],
     """The body of a batch of ``rows`` (``headers``: each row's, or None), deltas taken from ``base_offset``
     and ``first_ts``; OverflowError for a delta beyond 64 bits."""
     parts = []
-    for i, (offset, ts, key, value) in enumerate(rows):
+    for i, row in enumerate(rows):
+        offset, ts, key, value = row[0], row[1], row[2], row[3]
         ts_delta, delta = ts - first_ts, offset - base_offset
         if ts_delta not in INT64 or delta not in INT64:
             raise OverflowError(f"a delta beyond 64 bits: {ts_delta}, {delta}")

@@ -75,7 +75,8 @@ PUMP_WAIT_MS = 100  # how long one read of a connection's consumer waits for rec
 DESCRIBED_GROUPS = 200  # groups a PEER-INFO describes at most (its body is at most 64 KiB)
 _SIZE = struct.Struct(">i")
 
-Row = tuple[int, int, bytes | None, bytes | None]  # offset, unix ms, key, value
+Row = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]  # offset, unix ms, key,
+# value, headers
 T = TypeVar("T")
 Heads = dict[str, dict[str, int]]  # topic -> partition address -> head (-1: none known)
 
@@ -105,7 +106,7 @@ class _Reader:
 
     def __init__(self, config: Config, heads: dict[tuple[str, str], int]) -> None:
         self.consumer: AsyncConsumer[bytes] = AsyncConsumer(config=config.with_overrides(
-            {"consumer/offset/reset": "earliest"}, source="kafka gateway"))
+            {"consumer/offset/reset": "earliest", "consumer/store_times": 1}, source="kafka gateway"))
         self.heads = heads  # the gateway's, moved on as records come (a foreign partition's head)
         self.buffers: dict[tuple[str, str], _PartitionBuffer] = {}
         self.topics: set[str] = set()
@@ -147,7 +148,8 @@ class _Reader:
                 rows, expected = buf.rows, buf.next
                 for r in records:  # in order from the seek on; a compacted partition's skip offsets (rfc 19)
                     if r.offset >= expected:
-                        rows.append((r.offset, now, r.key, r.value))
+                        ts = r.timestamp
+                        rows.append((r.offset, now if ts is None else ts, r.key, r.value, r.headers))
                         expected = r.offset + 1
                 buf.next = expected
                 if expected > heads.get((topic, address), -1) + 1:
@@ -846,7 +848,7 @@ class KafkaGateway:
                 log.warning("%s/%d: an idempotent batch was not noted (%s): not appended", key[0], key[1], exc)
                 return errors.REQUEST_TIMED_OUT, -1, False
         try:
-            first = await producer.send_many(batch.values, keys=batch.keys)
+            first = await producer.send_many(batch.values, keys=batch.keys, attributes=batch.record_attributes)
         except (RecordTooLarge, BufferFull) as exc:
             if entry is not None:  # the note must not stand for the records that take these offsets
                 await self._sequence_producers[key[0]].send(entry.voided().encode())

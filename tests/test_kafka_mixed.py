@@ -136,7 +136,8 @@ def test_a_kafka_producers_records_reach_a_dafka_consumer_and_a_reference_consum
         producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
         values = [b"value %d" % i for i in range(500)]
         for i, value in enumerate(values):
-            producer.produce(topic, value, key=b"k%d" % (i % 7))
+            producer.produce(topic, value, key=b"k%d" % (i % 7), headers=[("i", b"%d" % i)] if i % 2 else None,
+                             timestamp=1_600_000_000_000 + i)
         assert producer.flush(30) == 0
         address = address_of(topic, 0)
         assert reference.run(lambda: reference.total() >= 500, 30), reference.delivered
@@ -145,10 +146,63 @@ def test_a_kafka_producers_records_reach_a_dafka_consumer_and_a_reference_consum
         with Consumer(topic, config=loopback_config(tower, consumer__offset__reset="earliest")) as consumer:
             got: list = []
             wait_for(lambda: got.extend(consumer.consume(1000, 0.05)) or len(got) >= 500, 20, what="dafka consumer")
-        assert [(r.partition, r.offset, r.key, r.value) for r in got] == [
-            (address, i, b"k%d" % (i % 7), value) for i, value in enumerate(values)]
+        assert [(r.partition, r.offset, r.key, r.value, r.timestamp, r.headers) for r in got] == [
+            (address, i, b"k%d" % (i % 7), value, 1_600_000_000_000 + i, (("i", b"%d" % i),) if i % 2 else ())
+            for i, value in enumerate(values)]
     finally:
         reference.close()
+
+
+def test_timestamps_and_headers_round_trip_from_the_stores_and_from_a_dafka_producer(kafka_cluster, processes,
+                                                                                    tmp_path):
+    """rfc 18.4 between Kafka clients: what a Kafka producer gave each record, read back by a Kafka consumer
+    after the gateway restarted (from the stores); and what a dafka-py producer gave its records.  A
+    record without a timestamp of its own is served with the time its store received it."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    tower, _ = kafka_cluster
+    log = tmp_path / "gw.log"
+    gateway, bootstrap = start_gateway(processes, tower, log)
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                                         "compression.codec": "zstd"})
+    for i in range(300):
+        producer.produce("stamped", b"v%d" % i, headers=[("n", b"%d" % i), ("null", None), ("empty", b"")],
+                         timestamp=1_500_000_000_000 + 7 * i)
+    assert producer.flush(30) == 0
+    before = time.time() * 1000
+    with Producer("from-dafka", loopback_config(tower)) as dafka_producer:
+        for i in range(10):
+            dafka_producer.send(b"d%d" % i, headers=[("from", b"dafka")] if i % 2 else None,
+                                timestamp_ms=1_400_000_000_000 + i if i % 3 else None)
+        dafka_producer.flush(10)
+    after = time.time() * 1000
+    gateway.terminate()
+    gateway.wait(15)
+    _, bootstrap = start_gateway(processes, tower, log)
+
+    def read(topic: str, n: int) -> list:
+        consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{topic}",
+                                             "auto.offset.reset": "earliest"})
+        got: list = []
+        try:
+            consumer.subscribe([topic])
+            deadline = time.monotonic() + 30
+            while len(got) < n and time.monotonic() < deadline:
+                got += [m for m in consumer.consume(100, 0.2) if m.error() is None]
+        finally:
+            consumer.close()
+        return got
+    got = read("stamped", 300)
+    assert [(m.value(), m.timestamp(), m.headers()) for m in got] == [
+        (b"v%d" % i, (confluent_kafka.TIMESTAMP_CREATE_TIME, 1_500_000_000_000 + 7 * i),
+         [("n", b"%d" % i), ("null", None), ("empty", b"")]) for i in range(300)]
+    got = read("from-dafka", 10)
+    assert [(m.value(), m.headers()) for m in got] == [(b"d%d" % i, [("from", b"dafka")] if i % 2 else None)
+                                                       for i in range(10)]
+    for i, m in enumerate(got):
+        if i % 3:
+            assert m.timestamp()[1] == 1_400_000_000_000 + i
+        else:  # none of its own: the time its store received it (consumer/store_times)
+            assert before - 1 <= m.timestamp()[1] <= after + 1, (before, after, m.timestamp())
 
 
 def test_a_sharded_cluster_behind_the_gateway_keeps_every_acked_record_on_two_stores(tower, processes, tmp_path):

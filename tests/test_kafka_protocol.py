@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from test_extensions import outcome as call
 
+from dafka import attributes
 from dafka.kafka import batches, errors, records
 from dafka.kafka.mapping import Answer, Appends, Mapping, Reads, TopicView, address_of
 from dafka.kafka.messages import (
@@ -239,11 +240,12 @@ def test_fetch_reads_from_the_offset_and_answers_batches_with_the_high_watermark
         assert isinstance(reads, Reads) and (reads.max_wait_ms, reads.min_bytes) == (500, 1)
         assert [(r.index, r.offset) for r in reads.reads] == [(0, 2)]
         assert reads.refused == {("t", 1): errors.OFFSET_OUT_OF_RANGE}
-        answer = _decode(FETCH, version, mapping.fetch_response(reads, views, {("t", 0): [(2, 7, None, b"c"),
-                                                                                          (3, 8, b"k", b"d")]}))
+        rows = [(2, 7, None, b"c", ()), (3, 8, b"k", b"d", (("h", b"1"), ("n", None)))]
+        answer = _decode(FETCH, version, mapping.fetch_response(reads, views, {("t", 0): rows}))
         p0, p1 = answer["responses"][0]["partitions"]
         assert (p0["error_code"], p0["high_watermark"]) == (0, 5)
-        assert [r.value for r in batches.read_batches(p0["records"])[0].records] == [b"c", b"d"]
+        got = batches.read_batches(p0["records"])[0].records
+        assert [(r.value, r.timestamp, r.headers) for r in got] == [(b"c", 7, []), (b"d", 8, [("h", b"1"), ("n", None)])]
         assert p1["error_code"] == errors.OFFSET_OUT_OF_RANGE
 
 
@@ -319,12 +321,20 @@ def test_fuzz_the_compiled_record_codec_gives_what_the_pure_one_gives(rows, base
         for count in (len(rows), len(rows) + 1, max(0, len(rows) - 1)):
             assert call(twin.read_records, damaged, count, first_ts) == \
                 call(records.PURE["read_records"], damaged, count, first_ts)
-            assert call(twin.read_columns, damaged, count) == call(records.PURE["read_columns"], damaged, count)
-        # the columns: what the records hold, a null value empty, no keys when none has one
-        values, keys = twin.read_columns(body, len(rows))
-        assert (values, keys) == records.PURE["read_columns"](body, len(rows))
+            assert call(twin.read_columns, damaged, count, first_ts) == \
+                call(records.PURE["read_columns"], damaged, count, first_ts)
+        # the columns: what the records hold, a null value empty, no keys when none has one, and each
+        # record's timestamp and headers as dafka attributes (rfc 18.4); a batch without timestamps: none
+        values, keys, held = twin.read_columns(body, len(rows), first_ts)
+        assert (values, keys, held) == records.PURE["read_columns"](body, len(rows), first_ts)
         assert values == [b"" if v is None else v for _, _, _, v in rows]
         assert keys == (None if all(k is None for _, _, k, _ in rows) else [k for _, _, k, _ in rows])
+        assert [a.timestamp for a in held] == [ts for _, ts, _, _ in rows]
+        assert [attributes.decode_headers(a.headers) for a in held] == \
+            [tuple(h) for h in (headers or [()] * len(rows))]
+        untimed = call(twin.read_columns, body, len(rows), records.NO_TIMESTAMP)
+        assert untimed == call(records.PURE["read_columns"], body, len(rows), records.NO_TIMESTAMP)
+        assert untimed[0] != "ok" or {a.timestamp for a in untimed[1][2]} == {attributes.NO_TIME}
 
 
 @settings(max_examples=300, deadline=None)
@@ -333,4 +343,4 @@ def test_fuzz_the_compiled_record_decoder_on_any_bytes(body, count, first_ts):
     twin = _crecords()
     assert call(twin.read_records, body, count, first_ts) == \
         call(records.PURE["read_records"], body, count, first_ts)
-    assert call(twin.read_columns, body, count) == call(records.PURE["read_columns"], body, count)
+    assert call(twin.read_columns, body, count, first_ts) == call(records.PURE["read_columns"], body, count, first_ts)

@@ -239,3 +239,22 @@ def test_a_store_keeps_attributes_beside_the_records_and_only_for_those_that_hav
                        prefix + keys.seq_bytes(2): keys.attributes_entry_value(*TIMED)}
     assert attributes.Attributes(*keys.attributes_of_entry(entries[prefix + keys.seq_bytes(2)])) == TIMED
     assert keys.parse_key(prefix + keys.seq_bytes(2)).seq == 2
+
+
+def test_store_times_give_a_record_without_a_timestamp_its_stores_and_keep_a_records_own():
+    """consumer/store_times (the Kafka gateway's reads): the stamp at or below each record's sequence."""
+    consumer = ConsumerState(ME, reset="earliest", store_times=True)
+    consumer.subscribe("t")
+    values = [b"a", b"b", b"c", b"d"]
+    consumer.on_frames(proto.encode(proto.DirectKeyedRecordsMsg(
+        ME, P, "t", 0, *proto.pack_contents(values), ((1, 5_000), (3, 6_000)), b"", b"",
+        *attributes.pack([None, None, TIMED, None]))))
+    consumer.on_frames(proto.encode(proto.DirectRecordsMsg(ME, P, "t", 4, *proto.pack_contents([b"e"]),
+                                                           ((0, 7_000),))))
+    consumer.on_frames(proto.encode(proto.RecordsMsg("t", P, "t", 5, *proto.pack_contents([b"f"]))))  # live
+    assert [(r.offset, r.timestamp) for r in consumer.ready] == [(0, None), (1, 5_000), (2, -5), (3, 6_000),
+                                                                 (4, 7_000), (5, None)]
+    plain = ConsumerState(ME, reset="earliest")
+    plain.subscribe("t")
+    plain.on_frames(proto.encode(proto.DirectRecordsMsg(ME, P, "t", 0, *proto.pack_contents([b"e"]), ((0, 7_000),))))
+    assert [r.timestamp for r in plain.ready] == [None]
