@@ -69,6 +69,7 @@ EXPECTED_DEFAULTS = {
     "consumer/max_buffered_bytes": 67108864,
     "consumer/batches": True,
     "consumer/bulk": True,
+    "consumer/store_times": False,
     "consumer/group/auto_commit": True,
     "consumer/group/auto_commit_interval": 5000,
     "consumer/group/join_wait": 200,
