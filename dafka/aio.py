@@ -42,12 +42,12 @@ from typing import Any, Callable, Generator, Generic, Iterable, Sequence, TypeVa
 import zmq
 
 from .attributes import Attributes
+from .attributes import sizes as attribute_sizes
 from .consumer import Consumer, ConsumerOptions
 from .errors import BufferFull, Closed, FlushTimeout
 from .membership import Callback, ConsumerRebalanceListener
 from .peer import ConfigLike
 from .producer import Producer, SendHandle
-from .producer_state import attributes_size
 from .records import Record, RecordMetadata, TopicPartition
 
 __all__ = ["AsyncConsumer", "AsyncProducer", "SendFuture", "TopicPartition"]
@@ -598,7 +598,7 @@ class AsyncProducer(Generic[V]):
         state = producer._state
         size = sum(map(len, raws)) + (sum(len(k) for k in keys if k is not None) if keys is not None else 0)
         if attributes is not None:
-            size += sum(map(attributes_size, attributes))
+            size += sum(attribute_sizes(attributes))
         if state.min_acks and (len(raws) > state.max_unacked or size > state.max_unacked_bytes):
             first = -1
             for i, raw in enumerate(raws):

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import struct
 from array import array
-from itertools import accumulate
+from itertools import accumulate, repeat
+from operator import itemgetter
 from typing import NamedTuple, Sequence
 
-from .packing import SWAP, U32, lengths_of
+from .packing import SWAP, lengths_of
 
 NO_TIME = -1  # a record without a timestamp of its own
 NULL_VALUE = 2**32 - 1  # a header value's length that says the value is null (Kafka's), unlike b""
@@ -27,13 +28,16 @@ Header = tuple[str, "bytes | None"]
 
 
 class Attributes(NamedTuple):
-    """One record's attributes as they travel and are stored: ``headers`` still encoded."""
+    """One record's attributes as they travel and are stored: ``headers`` still encoded.  Every function
+    here takes any (timestamp, headers) pair as well, and the decoders give plain pairs (built in C)."""
 
     timestamp: int
     headers: bytes
 
 
 NONE = Attributes(NO_TIME, b"")
+OVERHEAD = 8  # what a record's attributes count in bytes beside its headers: the timestamp
+_TIME, _HEADERS = itemgetter(0), itemgetter(1)  # of any (timestamp, headers) pair
 
 
 def record_attributes(headers: Sequence[Header] | None, timestamp_ms: int | None) -> Attributes:
@@ -90,17 +94,22 @@ def decode_headers(blob: bytes) -> tuple[Header, ...]:
 
 
 def pack(attributes: Sequence[Attributes | None]) -> tuple[bytes, bytes, bytes]:
-    """Frames 6, 7 and 8 of a keyed message whose records have ``attributes`` (None: none); all three
-    empty when no record has any."""
-    if not any(a is not None for a in attributes):
+    """Frames 6, 7 and 8 of a keyed message whose records have ``attributes`` (None: none; any (timestamp,
+    headers) pair will do); all three empty when no record has any.  No Python step a record."""
+    if attributes.count(None) == len(attributes):  # type: ignore[attr-defined]
         return b"", b"", b""
-    times = array("q", (NO_TIME if a is None else a.timestamp for a in attributes))
-    blobs = [b"" if a is None else a.headers for a in attributes]
-    lengths = array(U32, map(len, blobs))
-    if SWAP:
-        times.byteswap()
-        lengths.byteswap()
-    return times.tobytes(), lengths.tobytes(), b"".join(blobs)
+    if None in attributes:
+        attributes = [NONE if a is None else a for a in attributes]
+    n = len(attributes)
+    blobs = list(map(_HEADERS, attributes))
+    return struct.pack(f"<{n}q", *map(_TIME, attributes)), struct.pack(f"<{n}I", *map(len, blobs)), b"".join(blobs)
+
+
+def sizes(attributes: Sequence[Attributes | None]) -> list[int]:
+    """What each record's attributes count in a producer's bytes: 8 and its headers' (0 for None)."""
+    if None in attributes:
+        return [0 if a is None else OVERHEAD + len(a[1]) for a in attributes]
+    return list(map(OVERHEAD.__add__, map(len, map(_HEADERS, attributes))))
 
 
 def check(times: bytes, lengths: bytes, headers: bytes, count: int, error: type[Exception]) -> None:
@@ -122,12 +131,14 @@ def check(times: bytes, lengths: bytes, headers: bytes, count: int, error: type[
 
 
 def unpack(times: bytes, lengths: bytes, headers: bytes) -> list[Attributes]:
-    """Each record's attributes from frames 6, 7 and 8 (not empty, checked by :func:`check`)."""
+    """Each record's attributes, as (timestamp, headers) pairs, from frames 6, 7 and 8 (not empty, checked
+    by :func:`check`).  No Python step a record."""
     stamps = array("q")
     stamps.frombytes(times)
     if SWAP:
         stamps.byteswap()
-    sizes = lengths_of(lengths)
-    return [Attributes(t, headers[start:end])
-            for t, start, end in zip(stamps, accumulate(sizes, initial=0), accumulate(sizes))]
-
+    if not headers:
+        return list(zip(stamps, repeat(b"")))  # type: ignore[arg-type]
+    ends = list(accumulate(lengths_of(lengths)))
+    blobs = map(headers.__getitem__, map(slice, [0, *ends[:-1]], ends))
+    return list(zip(stamps, blobs))  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable
+from functools import partial
 from itertools import repeat
 from typing import Any
 
@@ -701,25 +702,24 @@ def record_extras(msg: proto.DirectRecordsMsg) -> list[Any] | None:
     held = msg.attribute_list()
     if held is None:
         return keys
-    return [key if not (timestamp != NO_TIME or headers) else
-            RecordExtra(key, None if timestamp == NO_TIME else timestamp, decode_headers(headers))
-            for key, (timestamp, headers) in zip(keys or repeat(None), held)]
+    return [key if ts == NO_TIME and not headers else
+            _extra((key, None if ts == NO_TIME else ts, decode_headers(headers) if headers else ()))
+            for key, (ts, headers) in zip(keys or repeat(None), held)]
 
 
 def stamped_extras(msg: proto.DirectRecordsMsg, extras: list[Any] | None) -> list[Any]:
     """:func:`record_extras` with the time its store received each record (the stamp at or below its
     sequence, ``msg.stamps``) given to the records without a timestamp of their own."""
-    stamps = msg.stamps
-    out = []
-    at, time_ms = -1, None
-    for seq, extra in zip(range(msg.sequence, msg.sequence + msg.count), extras or repeat(None)):
-        while at + 1 < len(stamps) and stamps[at + 1][0] <= seq:
-            at += 1
-            time_ms = stamps[at][1]
-        if type(extra) is RecordExtra:
-            if extra.timestamp is None:
-                extra = RecordExtra(extra.key, time_ms, extra.headers)
-        elif time_ms is not None:
-            extra = RecordExtra(extra, time_ms, ())
-        out.append(extra)
-    return out
+    first, end = msg.sequence, msg.sequence + msg.count
+    extras = list(extras) if extras is not None else [None] * msg.count
+    bounds = [max(seq, first) - first for seq, _ in msg.stamps if seq < end]
+    times = [t for seq, t in msg.stamps if seq < end]
+    for start, stop, time_ms in zip(bounds, [*bounds[1:], msg.count], times):
+        extras[start:stop] = [
+            _extra((extra, time_ms, ())) if type(extra) is not RecordExtra else
+            extra if extra[1] is not None else _extra((extra[0], time_ms, extra[2]))
+            for extra in extras[start:stop]]
+    return extras
+
+
+_extra = partial(tuple.__new__, RecordExtra)  # a RecordExtra from a 3-tuple, without its Python __new__

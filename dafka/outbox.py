@@ -102,6 +102,6 @@ class Outbox:
         if self.attributes:
             held = self.attributes.pop(self.base, None)
             if held is not None:
-                self.buffered_bytes -= ATTRIBUTES_OVERHEAD + len(held.headers)
+                self.buffered_bytes -= ATTRIBUTES_OVERHEAD + len(held[1])
         self.base += 1
 

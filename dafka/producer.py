@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import threading
 import time
 from collections import deque
@@ -20,6 +21,7 @@ import zmq
 
 from . import batching, heap, proto
 from .attributes import Attributes, record_attributes
+from .attributes import sizes as attribute_sizes
 from .beacon import CONNECT, Beacon
 from .config import ConfigError
 from .errors import BufferFull, Closed, FlushTimeout, PartitionClaimed, RecordTooLarge
@@ -364,7 +366,7 @@ class Producer(Generic[V]):
         sizes = list(map(len, raws)) if raw_keys is None else \
             [len(raw) + (0 if key is None else len(key)) for raw, key in zip(raws, raw_keys)]
         if attributes is not None:
-            sizes = [size + attributes_size(a) for size, a in zip(sizes, attributes)]
+            sizes = list(map(operator.add, sizes, attribute_sizes(attributes)))
         largest = max(sizes)
         if largest > self.max_record_bytes:
             raise RecordTooLarge(f"record of {largest} bytes is over producer/max_record_bytes="

@@ -114,7 +114,7 @@ class ProducerState(Outbox):
 
     def _keep_attributes(self, seq: int, attributes: Attributes) -> None:
         self.attributes[seq] = attributes
-        size = ATTRIBUTES_OVERHEAD + len(attributes.headers)
+        size = ATTRIBUTES_OVERHEAD + len(attributes[1])
         self.buffered_bytes += size
         self.published_bytes += size
         if self.batch and seq >= self.batch_first:
@@ -156,8 +156,8 @@ class ProducerState(Outbox):
         self.buffered_bytes += size
         if keys is not None:
             self.keys.update((s, key) for s, key in zip(range(seq, seq + n), keys) if key is not None)
-        if attributes is not None:
-            self.attributes.update((s, a) for s, a in zip(range(seq, seq + n), attributes) if a is not None)
+        if attributes is not None:  # (a record without attributes is held as None: its frames say so)
+            self.attributes.update(zip(range(seq, seq + n), attributes))
         if not self.min_acks:
             self.released = seq + n - 1
             while len(buffer) > self.max_unacked or self.buffered_bytes > self.max_unacked_bytes:
@@ -177,9 +177,9 @@ class ProducerState(Outbox):
                     self.batch_keys = {**(self.batch_keys or {}), **found}
             if attributes is not None:
                 at = len(batch)
-                held = {at + i: a for i, a in enumerate(attributes) if a is not None}
-                if held:
-                    self.batch_attributes = {**(self.batch_attributes or {}), **held}
+                if self.batch_attributes is None:
+                    self.batch_attributes = {}
+                self.batch_attributes.update(zip(range(at, at + n), attributes))
             batch.extend(values)
             self.batch_bytes += size
             self.batch_due = True
@@ -367,7 +367,7 @@ class ProducerState(Outbox):
             key_lengths, keys = (b"", b"") if batch_keys is None else proto.pack_keys(
                 [batch_keys.get(i) for i in range(n)])
             held = self.batch_attributes
-            frames = _NO_ATTRIBUTES if held is None else attributes_frames([held.get(i) for i in range(n)])
+            frames = _NO_ATTRIBUTES if held is None else attributes_frames(list(map(held.get, range(n))))
             messages.append([self._keyed_prefix + header, lengths, contents, key_lengths, keys, *frames])
         if self.audience.plain or not self.audience.keyed:
             messages.append([self._records_prefix + header, lengths, contents])
@@ -475,7 +475,7 @@ class ProducerState(Outbox):
             if keyed:
                 keys, kept = self.keys, self.attributes
                 message += proto.pack_keys([keys.get(s) for s in range(seq, seq + n)]) if keys else [b"", b""]
-                message += attributes_frames([kept.get(s) for s in range(seq, seq + n)]) if kept else _NO_ATTRIBUTES
+                message += attributes_frames(list(map(kept.get, range(seq, seq + n)))) if kept else _NO_ATTRIBUTES
             if (yield message) is False:
                 return seq, spent, True
             spent += sum(map(len, message)) + MESSAGE_OVERHEAD
@@ -489,7 +489,7 @@ _NO_ATTRIBUTES = (b"", b"", b"")  # frames 6-8 of a keyed message whose records 
 
 def attributes_size(attributes: Attributes | None) -> int:
     """What a record's attributes count in the unacked buffer's bytes."""
-    return 0 if attributes is None else ATTRIBUTES_OVERHEAD + len(attributes.headers)
+    return 0 if attributes is None else ATTRIBUTES_OVERHEAD + len(attributes[1])
 
 
 _NO_STAMPS = proto.encode_stamps(())  # a producer does not know when stores received its records

@@ -12,9 +12,7 @@ from libc.string cimport memcpy
 from dafka.kafka.wire import DecodeError
 
 cdef object KafkaRecord = None  # dafka.kafka.records' class, taken at the first call: that module imports this one
-from dafka.attributes import NO_TIME, Attributes
-
-cdef object _make_attributes = Attributes._make
+from dafka.attributes import NO_TIME
 
 
 cdef inline int64_t _varint(const uint8_t* p, Py_ssize_t end, Py_ssize_t* pos) except? -1:
@@ -117,8 +115,7 @@ cdef list _read(bytes body, count, first_ts, list keys, list held=None):
         if columns:
             out.append(b"" if value is None else value)
             keys.append(key)
-            held.append(_make_attributes((first_ts + ts_delta if timed else NO_TIME,
-                                          blob.take())))
+            held.append((first_ts + ts_delta if timed else NO_TIME, blob.take()))
         else:
             out.append(KafkaRecord(delta, first_ts + ts_delta, key, value, headers))
     if pos != end:

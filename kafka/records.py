@@ -88,8 +88,8 @@ def _read(body: bytes, count: int, first_ts: int, keys: list[bytes | None] | Non
         else:
             out.append(b"" if value is None else value)
             keys.append(key)
-            held.append(Attributes(NO_TIME if first_ts == NO_TIMESTAMP else ts,  # type: ignore[union-attr]
-                                   encode_headers(headers) if headers else b""))
+            held.append((NO_TIME if first_ts == NO_TIMESTAMP else ts,  # type: ignore[union-attr]
+                         encode_headers(headers) if headers else b""))
     if r.remaining():
         raise DecodeError(f"{r.remaining()} bytes after the batch's last record")
     return out

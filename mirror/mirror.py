@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import zmq
 
 from dafka import peer_info
+from dafka.attributes import Attributes, record_attributes
 from dafka.config import Config
 from dafka.consumer import Consumer
 from dafka.errors import BufferFull, DafkaError, PartitionClaimed, ResumeError
@@ -220,10 +221,14 @@ class Mirror:
                         continue
                     copy = state.on_records(topic, partition, run[0][2], list(map(_VALUES, run)), now)
                     if copy is not None:
-                        # the records' keys go with them (rfc 18), when any has one
-                        keys = [r.key for r in run[copy.first - run[0][2]:]]
+                        # the records' keys and attributes go with them (rfc 18), when any has some
+                        copied = run[copy.first - run[0][2]:]
+                        keys = [r.key for r in copied]
+                        held = [None if r.timestamp is None and not r.headers else
+                                record_attributes(r.headers, r.timestamp) for r in copied]
                         self._copy(producers[(topic, partition)], copy.partition, copy.first, copy.values,
-                                   keys if any(k is not None for k in keys) else None)
+                                   keys if any(k is not None for k in keys) else None,
+                                   held if any(a is not None for a in held) else None)
                 if state.to_resume:
                     self._start_resumes(now)
                 if self._resuming:
@@ -235,9 +240,10 @@ class Mirror:
             self.close()
 
     def _copy(self, producer: Producer[bytes], p: Partition, first: int, values: Sequence[bytes],
-              keys: Sequence[bytes | None] | None = None) -> None:
+              keys: Sequence[bytes | None] | None = None,
+              held: Sequence[Attributes | None] | None = None) -> None:
         try:
-            producer.send_many(values, keys=keys, offset=first)
+            producer.send_many(values, keys=keys, offset=first, attributes=held)
         except PartitionClaimed as exc:
             self._drop_producer(p.key)
             self.state.on_claimed(p.key, str(exc))

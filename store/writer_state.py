@@ -30,6 +30,7 @@ Beyond the reference:
 from __future__ import annotations
 
 import logging
+from functools import partial
 from itertools import repeat
 from typing import Any, NamedTuple
 
@@ -125,12 +126,15 @@ def record_extras(msg: proto.DirectRecordsMsg) -> list[Any] | None:
     held = msg.attribute_list()
     if held is None:
         return record_keys
-    return [key if a == NO_ATTRIBUTES else Extra(key, a) for key, a in zip(record_keys or repeat(None), held)]
+    return [key if a == NO_ATTRIBUTES else _extra((key, a)) for key, a in zip(record_keys or repeat(None), held)]
+
+
+_extra = partial(tuple.__new__, Extra)  # an Extra from a (key, attributes) pair, without its Python __new__
 
 
 def _extra_size(extra: Any) -> int:
     if type(extra) is Extra:
-        return len(extra.key or b"") + 8 + len(extra.attributes.headers)
+        return len(extra.key or b"") + 8 + len(extra.attributes[1])
     return len(extra)
 
 
@@ -449,7 +453,7 @@ class WriterState(RecordIntake):
         if type(extra) is Extra:
             key, held = extra
             self._keys.append(p.record_attributes_prefix + seq.to_bytes(8, "big"))
-            self._values.append(keys.attributes_entry_value(held.timestamp, held.headers))
+            self._values.append(keys.attributes_entry_value(held[0], held[1]))
         if key is not None:
             self._keys.append(p.record_keys_prefix + seq.to_bytes(8, "big"))
             self._values.append(keys.key_entry_value(key, content))

@@ -22,6 +22,7 @@ from dafka import Consumer, Producer, metrics, partition_address
 from dafka.mirror import Mirror, Selection
 from dafka.mirror.state import Phase
 from dafka.peer import DataSocket
+from dafka.attributes import record_attributes
 from dafka.store import Store, keys
 from dafka.towerd.tower import Tower
 from helpers import free_port, loopback_config, script, secure_config, wait_for
@@ -157,17 +158,21 @@ def test_mirror_copies_each_partition_at_the_same_offsets_and_resumes_after_a_re
         assert stored(store, "orders") == source
 
 
-def test_keys_are_mirrored_with_their_records(sites):
+def test_keys_and_attributes_are_mirrored_with_their_records(sites):
     a, b = sites("a"), sites("b")
     producer = Producer("keyed", a.config())
     values, record_keys = [b"v%d" % i for i in range(200)], [None if i % 4 == 0 else b"k%d" % (i % 9) for i in range(200)]
-    producer.send_many(values, keys=record_keys)
+    held = [None if i % 3 == 0 else record_attributes([("i", b"%d" % i)] if i % 2 else None, 1_000 + i)
+            for i in range(200)]
+    producer.send_many(values, keys=record_keys, attributes=held)
     producer.flush(10)
     try:
         with Running(a, b, Selection(topics=("keyed",)), name="keys"):
             wait_copied(b, "keyed", producer.address, 199)
         got = read(b.config(), "keyed", 200)
         assert [(r.value, r.key) for r in got] == list(zip(values, record_keys))
+        assert [(r.timestamp, r.headers) for r in got] == [
+            (None, ()) if i % 3 == 0 else (1_000 + i, (("i", b"%d" % i),) if i % 2 else ()) for i in range(200)]
     finally:
         producer.close()
 
