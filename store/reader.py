@@ -34,6 +34,7 @@ reference.
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections import deque
 from itertools import islice
@@ -42,7 +43,6 @@ import plyvel
 import zmq
 
 from dafka import proto
-from dafka.attributes import Attributes
 from dafka.attributes import pack as attributes_frames
 from dafka.beacon import Beacon
 from dafka.config import Config
@@ -789,12 +789,15 @@ class Reader(RoleThread):
     def _record_attributes(self, prefix: bytes, first: int, n: int) -> tuple[bytes, bytes, bytes]:
         """Frames 6, 7 and 8 of a DIRECT-KEYED-RECORDS of records ``first .. first+n-1``: their attributes
         (rfc 18.4), read in one seek as their keys are (none in a topic that no Kafka producer writes)."""
-        found = {keys.seq_of(key[-keys.SEQ_BYTES:]): Attributes(*keys.attributes_of_entry(value))
-                 for key, value in self._db.iterator(start=_key(prefix, first), stop=_key(prefix, first + n),
-                                                     fill_cache=False)}
-        if not found:
+        entries = list(self._db.iterator(start=_key(prefix, first), stop=_key(prefix, first + n), fill_cache=False))
+        if not entries:
             return b"", b"", b""
-        return attributes_frames([found.get(seq) for seq in range(first, first + n)])
+        if len(entries) == n:  # every record has some (a Kafka producer's): the entries are the frames' parts
+            blobs = [value[8:] for _, value in entries]
+            return (b"".join([value[:8] for _, value in entries]), struct.pack(f"<{n}I", *map(len, blobs)),
+                    b"".join(blobs))
+        found = {keys.seq_of(key[-keys.SEQ_BYTES:]): keys.attributes_of_entry(value) for key, value in entries}
+        return attributes_frames(list(map(found.get, range(first, first + n))))
 
     def _contiguous_run(self, answer: _Answer, first: int, n: int, head: int) -> tuple[int, list[bytes]]:
         """The records from ``first`` on when ``first .. first+n-1`` (at most

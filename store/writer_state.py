@@ -30,6 +30,7 @@ Beyond the reference:
 from __future__ import annotations
 
 import logging
+import struct
 from functools import partial
 from itertools import repeat
 from typing import Any, NamedTuple
@@ -129,6 +130,7 @@ def record_extras(msg: proto.DirectRecordsMsg) -> list[Any] | None:
     return [key if a == NO_ATTRIBUTES else _extra((key, a)) for key, a in zip(record_keys or repeat(None), held)]
 
 
+_TIME = struct.Struct("<q")  # an attributes entry's timestamp (store/keys.py)
 _extra = partial(tuple.__new__, Extra)  # an Extra from a (key, attributes) pair, without its Python __new__
 
 
@@ -394,15 +396,15 @@ class WriterState(RecordIntake):
         first = msg.sequence
         end = first + msg.count
         start = p.head + 1
-        record_keys = record_extras(msg)
-        if record_keys is not None and first < start:
-            self._keep_keys(p, first, min(end, start), record_keys, msg)
+        extra = msg.key_lengths or msg.times
+        if extra and first < start:
+            self._keep_keys(p, first, min(end, start), record_extras(msg) or [], msg)
         if end <= start:
             self.duplicates += msg.count
             return
         values = split_contents(msg.lengths, msg.contents)
         if first > start or self.failed is not None:  # ahead of a gap, or failing: one by one
-            for seq, content, key in zip(range(first, end), values, record_keys or repeat(None)):
+            for seq, content, key in zip(range(first, end), values, record_extras(msg) or repeat(None)):
                 self._on_record(p, seq, content, key)
             return
         if start > first:
@@ -412,10 +414,20 @@ class WriterState(RecordIntake):
             p.known_head = end - 1
         self._keys.extend(sequence_keys(p.key_prefix, start, end))
         self._values.extend(values)
-        if record_keys is not None:
-            for seq, key in zip(range(start, end), record_keys[start - first:]):
+        if msg.key_lengths:
+            for seq, key in zip(range(start, end), msg.key_list()[start - first:]):  # type: ignore[index]
                 if key is not None:
-                    self._stage_extra(p, seq, key, values[seq - start])
+                    self._keys.append(p.record_keys_prefix + seq.to_bytes(8, "big"))
+                    self._values.append(keys.key_entry_value(key, values[seq - start]))
+        if msg.times:  # (a Kafka producer's records: each has a timestamp; built without a call a record)
+            held = msg.attribute_list()[start - first:]  # type: ignore[index]
+            if NO_ATTRIBUTES in held:
+                kept = [(seq, a) for seq, a in zip(range(start, end), held) if a != NO_ATTRIBUTES]
+                self._keys += [p.record_attributes_prefix + seq.to_bytes(8, "big") for seq, _ in kept]
+                self._values += [_TIME.pack(a[0]) + a[1] for _, a in kept]
+            else:
+                self._keys += sequence_keys(p.record_attributes_prefix, start, end)
+                self._values += [_TIME.pack(t) + h for t, h in held]
         self._staged += end - start
         p.head = end - 1
         p.batch_bytes += sum(map(len, values))
