@@ -15,7 +15,7 @@ import struct
 from array import array
 from itertools import accumulate, repeat
 from operator import itemgetter
-from typing import NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from .packing import SWAP, lengths_of
 
@@ -37,7 +37,8 @@ class Attributes(NamedTuple):
 
 NONE = Attributes(NO_TIME, b"")
 OVERHEAD = 8  # what a record's attributes count in bytes beside its headers: the timestamp
-_TIME, _HEADERS = itemgetter(0), itemgetter(1)  # of any (timestamp, headers) pair
+_TIME: Callable[[Any], int] = itemgetter(0)  # of any (timestamp, headers) pair
+_HEADERS: Callable[[Any], bytes] = itemgetter(1)
 
 
 def record_attributes(headers: Sequence[Header] | None, timestamp_ms: int | None) -> Attributes:
@@ -96,20 +97,19 @@ def decode_headers(blob: bytes) -> tuple[Header, ...]:
 def pack(attributes: Sequence[Attributes | None]) -> tuple[bytes, bytes, bytes]:
     """Frames 6, 7 and 8 of a keyed message whose records have ``attributes`` (None: none; any (timestamp,
     headers) pair will do); all three empty when no record has any.  No Python step a record."""
-    if attributes.count(None) == len(attributes):  # type: ignore[attr-defined]
+    if attributes.count(None) == len(attributes):
         return b"", b"", b""
-    if None in attributes:
-        attributes = [NONE if a is None else a for a in attributes]
-    n = len(attributes)
-    blobs = list(map(_HEADERS, attributes))
-    return struct.pack(f"<{n}q", *map(_TIME, attributes)), struct.pack(f"<{n}I", *map(len, blobs)), b"".join(blobs)
+    filled = [NONE if a is None else a for a in attributes] if None in attributes else attributes
+    n = len(filled)
+    blobs: list[bytes] = list(map(_HEADERS, filled))
+    return struct.pack(f"<{n}q", *map(_TIME, filled)), struct.pack(f"<{n}I", *map(len, blobs)), b"".join(blobs)
 
 
 def sizes(attributes: Sequence[Attributes | None]) -> list[int]:
     """What each record's attributes count in a producer's bytes: 8 and its headers' (0 for None)."""
     if None in attributes:
         return [0 if a is None else OVERHEAD + len(a[1]) for a in attributes]
-    return list(map(OVERHEAD.__add__, map(len, map(_HEADERS, attributes))))
+    return [OVERHEAD + size for size in map(len, map(_HEADERS, attributes))]
 
 
 def check(times: bytes, lengths: bytes, headers: bytes, count: int, error: type[Exception]) -> None:

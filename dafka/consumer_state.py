@@ -504,7 +504,7 @@ class ConsumerState(RecordIntake):
         if end <= p.next:
             return  # all duplicates
         keys = record_extras(msg)
-        if msg.stamps and self.store_times:
+        if msg.stamps and self.store_times and (not msg.times or _UNTIMED in msg.times):
             keys = stamped_extras(msg, keys)
         if p.record_size < 0:
             p.record_size = len(msg.contents) // msg.count
@@ -722,4 +722,7 @@ def stamped_extras(msg: proto.DirectRecordsMsg, extras: list[Any] | None) -> lis
     return extras
 
 
+# NO_TIME as frame 6 holds it: a message without it has no record without a timestamp (found unaligned, it
+# only costs a look at each record)
+_UNTIMED = NO_TIME.to_bytes(8, "little", signed=True)
 _extra = partial(tuple.__new__, RecordExtra)  # a RecordExtra from a 3-tuple, without its Python __new__
