@@ -134,12 +134,18 @@ def wait_all_acked(pg, db, connector: Running, timeout: float = 30) -> None:
     assert connector.error is None
 
 
-def assert_same(materialized: dict[str, dict], table: dict[str, dict]) -> None:
-    """Equal, or the first difference in full."""
-    assert materialized.keys() == table.keys(), (sorted(materialized.keys() - table.keys())[:5],
-                                                 sorted(table.keys() - materialized.keys())[:5])
+def assert_same(materialized: dict[str, dict], table: dict[str, dict], changes: list[dict] | None = None) -> None:
+    """Equal, or the first difference in full; with ``changes`` (consume_into's), every change the consumer
+    read of the first keys that differ: (offset, op, position, applied), to tell a change never published
+    from one the consumer dropped."""
+    def seen(keys: list[str]) -> dict[str, list]:
+        return {key: [(c["_offset"], c["op"], c["source"].get("lsn", c["source"].get("pos")), c["source"].get("seq"),
+                       c["_applied"]) for c in changes or () if json.dumps(c["key"], separators=(",", ":")) == key]
+                for key in keys[:3]}
+    extra, missing = sorted(materialized.keys() - table.keys())[:5], sorted(table.keys() - materialized.keys())[:5]
+    assert materialized.keys() == table.keys(), (extra, missing, seen(extra + missing))
     for key, row in table.items():
-        assert materialized[key] == row, (key, materialized[key], row)
+        assert materialized[key] == row, (key, materialized[key], row, seen([key]))
 
 
 def consume_into(tower, topic: str, state: TableState, until, timeout: float = 30) -> list[dict]:
@@ -156,7 +162,8 @@ def consume_into(tower, topic: str, state: TableState, until, timeout: float = 3
                 # every change has its row's identity as its record key (rfc/cdc.md), live and from the stores
                 assert record.key == record_key(source["schema"], source["table"], change["key"]), record
                 changes.append(change)
-                state.apply(change, record.partition)
+                change["_applied"] = state.apply(change, record.partition)
+                change["_offset"] = record.offset
             if until(state, changes):
                 return changes
     raise AssertionError(f"consumer did not get there in {timeout}s: {len(changes)} changes, {state.tables.keys()}")

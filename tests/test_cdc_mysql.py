@@ -166,13 +166,14 @@ def test_kill_9_mid_load_and_a_server_restart_lose_nothing(my, shop, tower, tmp_
         my.sql(f"INSERT INTO {shop}.orders (id, customer) VALUES (999999, 'last')")
         state = TableState()
         try:
-            consume_into(tower, "shop", state, lambda s, c: any(x["key"] == {"id": 999999} for x in c), timeout=60)
+            changes = consume_into(tower, "shop", state, lambda s, c: any(x["key"] == {"id": 999999} for x in c),
+                                   timeout=60)
         except AssertionError:
             second.kill()
             second.wait(30)
             raise AssertionError(second.stderr.read().decode()[-5000:])
-        assert_same(state.rows(f"{shop}.orders"), table_rows(my, shop, "orders"))
-        assert_same(state.rows(f"{shop}.items"), table_rows(my, shop, "items"))
+        assert_same(state.rows(f"{shop}.orders"), table_rows(my, shop, "orders"), changes)
+        assert_same(state.rows(f"{shop}.items"), table_rows(my, shop, "items"), changes)
         second.send_signal(signal.SIGINT)
         assert second.wait(30) == 0, second.stderr.read().decode()
     finally:

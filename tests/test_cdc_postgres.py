@@ -41,8 +41,8 @@ def test_bootstrap_then_stream_rebuilds_both_tables_with_every_type(pg, db, towe
         changes = consume_into(tower, "shop", state,
                                lambda s, c: any(ch["after"] and ch["after"].get("note") == "dropped blob" for ch in c))
         assert connector.error is None
-        assert_same(state.rows("public.orders"), table_rows(pg, db, "public.orders"))
-        assert_same(state.rows("public.items"), table_rows(pg, db, "public.items"))
+        assert_same(state.rows("public.orders"), table_rows(pg, db, "public.orders"), changes)
+        assert_same(state.rows("public.items"), table_rows(pg, db, "public.items"), changes)
         snapshot = [c for c in changes if c["op"] == "r"]
         assert len(snapshot) == 800 and [c["source"]["seq"] for c in snapshot] == list(range(800))
         assert [c["source"]["last"] for c in snapshot].count(True) == 1 and snapshot[-1]["source"]["last"]
