@@ -784,8 +784,9 @@ class _Reader:
 _HEAD_LIKE: dict[bytes, type[HeadMsg | DirectHeadMsg | DirectTailMsg]] = {
     HEAD: HeadMsg, DIRECT_HEAD: DirectHeadMsg, DIRECT_TAIL: DirectTailMsg}
 _TWO_FRAMES = frozenset((RECORD, DIRECT_RECORD))
-_FRAMES = {RECORD: 2, DIRECT_RECORD: 2, DIRECT_RECORDS: 3, RECORDS: 3, PEER_INFO: 2, KEYED_RECORDS: 8,
-           DIRECT_KEYED_RECORDS: 8}
+KEYED_FRAMES = 8  # the frames of a KEYED-RECORDS or DIRECT-KEYED-RECORDS: records, keys, attributes (rfc 18)
+_FRAMES = {RECORD: 2, DIRECT_RECORD: 2, DIRECT_RECORDS: 3, RECORDS: 3, PEER_INFO: 2, KEYED_RECORDS: KEYED_FRAMES,
+           DIRECT_KEYED_RECORDS: KEYED_FRAMES}
 _RECORDS_KINDS: dict[bytes, type[DirectRecordsMsg]] = {
     DIRECT_RECORDS: DirectRecordsMsg, RECORDS: RecordsMsg, KEYED_RECORDS: KeyedRecordsMsg,
     DIRECT_KEYED_RECORDS: DirectKeyedRecordsMsg}

@@ -575,7 +575,7 @@ class _RangeReader:
         for us is taken in; returns the sequence of a DIRECT-TAIL for us that
         skips records, else None (a store reader's STORE-HELLO goes to the peer)."""
         if (len(frames) == 3 and frames[0][:1] == proto.DIRECT_RECORDS) or (
-                len(frames) == 5 and frames[0][:1] == proto.DIRECT_KEYED_RECORDS):
+                len(frames) == proto.KEYED_FRAMES and frames[0][:1] == proto.DIRECT_KEYED_RECORDS):
             try:
                 msg = proto.decode(frames)
             except proto.MalformedMessage:
