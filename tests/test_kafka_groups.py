@@ -504,7 +504,9 @@ consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id":
 def commit():
     try:
         done = consumer.commit(asynchronous=False)
-    except confluent_kafka.KafkaException:  # (nothing read since the last one)
+    except confluent_kafka.KafkaException as exc:
+        if exc.args[0].code() != confluent_kafka.KafkaError._NO_OFFSET:  # (else nothing read since the last one)
+            out.write(json.dumps(["commit-failed", exc.args[0].name()]) + "\\n")
         return
     out.write(json.dumps(["c", [[tp.partition, tp.offset] for tp in done]]) + "\\n")
 
@@ -598,11 +600,16 @@ def test_a_cooperative_sticky_group_of_three_under_load_survives_a_leave_a_join_
         for _, partition, offset, _value in rows:
             seen.setdefault((partition, offset), []).append(name)
     twice = {key: names for key, names in seen.items() if len(names) > 1}
+    # A member whose commit was refused (during a rebalance) may have its uncommitted records read again, by
+    # itself or another: Kafka's at-least-once; said by the member, so that any other duplicate still fails.
+    refused = {name: [e[1] for e in lines(name) if e[0] == "commit-failed"] for name in "ABCD"}
     for (partition, offset), names in twice.items():
-        assert "C" in names and names.count("C") == 1 and len(names) == 2, (partition, offset, names)
+        if any(refused[name] for name in names):
+            continue
+        assert "C" in names and names.count("C") == 1 and len(names) == 2, (partition, offset, names, refused)
         assert offset >= c_commits.get(partition, 0), (partition, offset, c_commits)
     print(f"{len(seen):,} records read by {', '.join(f'{k} {len(v):,}' for k, v in reads.items())}; "
-          f"{len(twice)} twice, all after C's last commit")
+          f"{len(twice)} twice, after C's last commit or a refused commit ({refused})")
 
 
 def test_an_idempotent_producer_through_dropped_and_delayed_responses_stores_every_record_once(kafka_cluster, processes,
