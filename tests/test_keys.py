@@ -24,6 +24,21 @@ def key_of(i: int) -> str | None:
     return None if i % 3 == 0 else f"k{i % 7}"
 
 
+def reference_reads_the_values(tower, address: str, n: int) -> RefConsumer:
+    """A reference consumer from the beginning gets every value (``v0``, ``v1``, ...) as RFC 46
+    DIRECT-RECORDs, and nothing else; returned for the caller to close."""
+    ref = RefConsumer(tower.sub_endpoint, tower.pub_endpoint, new_address(), earliest=True, keep=True)
+    try:
+        ref.subscribe(TOPIC)
+        assert ref.run(lambda: ref.total() >= n, 30), ref.delivered
+        assert ref.contents[(TOPIC, address)] == [b"v%d" % i for i in range(n)]
+        assert ref.foreign == 0
+    except BaseException:
+        ref.close()
+        raise
+    return ref
+
+
 @pytest.mark.timeout(120)
 def test_keys_reach_consumers_live_and_from_the_stores_and_a_reference_consumer_gets_the_values(tower, tmp_path):
     stores = [Store(loopback_config(tower), db=str(tmp_path / f"db{i}")).start() for i in range(2)]
@@ -47,12 +62,7 @@ def test_keys_reach_consumers_live_and_from_the_stores_and_a_reference_consumer_
             got = take(late, 3_000)
         assert [(r.offset, r.value, r.key) for r in got] == [
             (i, v, None if k is None else k.encode()) for i, v, k in expected]
-        # a reference consumer from the beginning: every value as RFC 46 DIRECT-RECORDs, nothing else
-        ref = RefConsumer(tower.sub_endpoint, tower.pub_endpoint, new_address(), earliest=True, keep=True)
-        ref.subscribe(TOPIC)
-        assert ref.run(lambda: ref.total() >= 3_000, 30), ref.delivered
-        assert ref.contents[(TOPIC, address)] == [b"v%d" % i for i in range(3_000)]
-        assert ref.foreign == 0
+        ref = reference_reads_the_values(tower, address, 3_000)
     finally:
         if ref is not None:
             ref.close()
@@ -101,11 +111,7 @@ def test_timestamps_and_headers_reach_consumers_live_and_from_a_restarted_store_
         with Consumer(TOPIC, config=loopback_config(tower, consumer__offset__reset="earliest")) as late:
             got = take(late, 1_000)
         assert [(r.offset, r.value, r.timestamp, r.headers) for r in got] == want
-        ref = RefConsumer(tower.sub_endpoint, tower.pub_endpoint, new_address(), earliest=True, keep=True)
-        ref.subscribe(TOPIC)
-        assert ref.run(lambda: ref.total() >= 1_000, 30), ref.delivered
-        assert ref.contents[(TOPIC, address)] == [b"v%d" % i for i in range(1_000)]
-        assert ref.foreign == 0
+        ref = reference_reads_the_values(tower, address, 1_000)
     finally:
         if ref is not None:
             ref.close()
