@@ -148,17 +148,6 @@ def assert_same(materialized: dict[str, dict], table: dict[str, dict], changes: 
         assert materialized[key] == row, (key, materialized[key], row, seen([key]))
 
 
-LAST = {"id": 999999}  # the kill -9 tests' last order, and its item: one marker in each table's partition
-LAST_ITEM = {"order_id": 999999, "line": 1}
-
-
-def both_markers(_state: TableState, changes: list[dict]) -> bool:
-    """Whether the consumer has read the last order and the last item: a marker in one partition says nothing
-    of how far another partition has been read (the items' could still be catching up)."""
-    keys = [c["key"] for c in changes]
-    return LAST in keys and LAST_ITEM in keys
-
-
 def consume_into(tower, topic: str, state: TableState, until, timeout: float = 30) -> list[dict]:
     changes = []
     with Consumer(topic, config=loopback_config(tower, consumer__offset__reset="earliest")) as consumer:
