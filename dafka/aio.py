@@ -573,14 +573,15 @@ class AsyncProducer(Generic[V]):
             raw = self.value_serializer(value)
         else:
             raw = value  # type: ignore[assignment]  # an AsyncProducer[bytes]: bytes (the producer checks)
+        if not self._waiting_for_room:
+            try:
+                return SendFuture(self, self._producer.send(raw, key=key, headers=headers, timestamp_ms=timestamp_ms,
+                                                            timeout=0).offset)
+            except BufferFull:
+                pass
         send = functools.partial(self._producer.send, raw, key=key, headers=headers, timestamp_ms=timestamp_ms,
                                  timeout=0)
-        if self._waiting_for_room:
-            return SendFuture(self, await self._send_when_room(send))
-        try:
-            return SendFuture(self, send().offset)
-        except BufferFull:
-            return SendFuture(self, await self._send_when_room(send))
+        return SendFuture(self, await self._send_when_room(send))
 
     async def send_many(self, values: Sequence[V], *, keys: Sequence[Any] | None = None,
                         attributes: Sequence[Attributes | None] | None = None) -> int:
