@@ -105,8 +105,13 @@ def pack(attributes: Sequence[Attributes | None]) -> tuple[bytes, bytes, bytes]:
     return struct.pack(f"<{n}q", *map(_TIME, filled)), struct.pack(f"<{n}I", *map(len, blobs)), b"".join(blobs)
 
 
+def size(attributes: Attributes | None) -> int:
+    """What a record's attributes count in a producer's bytes: 8 and its headers' (0 for None)."""
+    return 0 if attributes is None else OVERHEAD + len(attributes[1])
+
+
 def sizes(attributes: Sequence[Attributes | None]) -> list[int]:
-    """What each record's attributes count in a producer's bytes: 8 and its headers' (0 for None)."""
+    """:func:`size` of each record's attributes, without a call a record."""
     if None in attributes:
         return [0 if a is None else OVERHEAD + len(a[1]) for a in attributes]
     return [OVERHEAD + size for size in map(len, map(_HEADERS, attributes))]
@@ -119,10 +124,10 @@ def check(times: bytes, lengths: bytes, headers: bytes, count: int, error: type[
         return
     if len(times) != 8 * count or len(lengths) != 4 * count:
         raise error(f"{count} records with {len(times)} bytes of timestamps and {len(lengths)} of header lengths")
-    sizes = lengths_of(lengths)
-    if sum(sizes) != len(headers):
+    blob_sizes = lengths_of(lengths)
+    if sum(blob_sizes) != len(headers):
         raise error("header lengths do not add up to the headers")
-    for start, end in zip(accumulate(sizes, initial=0), accumulate(sizes)):
+    for start, end in zip(accumulate(blob_sizes, initial=0), accumulate(blob_sizes)):
         if end > start:
             try:
                 decode_headers(headers[start:end])

@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from . import batching
+from . import attributes, batching
 from .publish_times import PublishTimes
 
 # read once: the compiled twin holds them as C values (dafka/_coutbox.pxd)
 BURST_GAP = batching.BURST_GAP
 MAX_RECORDS = batching.MAX_RECORDS
 MAX_BYTES = batching.MAX_BYTES
-ATTRIBUTES_OVERHEAD = 8  # a held record's attributes count as their headers' bytes and a timestamp's
+ATTRIBUTES_OVERHEAD = attributes.OVERHEAD  # a held record's attributes count as their headers and this
 
 
 class Outbox:

@@ -21,6 +21,7 @@ import zmq
 
 from . import batching, heap, proto
 from .attributes import Attributes, record_attributes
+from .attributes import size as attributes_size
 from .attributes import sizes as attribute_sizes
 from .beacon import CONNECT, Beacon
 from .config import ConfigError
@@ -30,7 +31,7 @@ from .net import drain, wake_pipe
 from .peer import ConfigLike, DataSocket, as_config, connect, is_tagged_producer, new_address, read_subscriptions
 from .peer import ZERO_COPY_BYTES, queue_messages
 from .peer import raw_send as _raw_send
-from .producer_state import ProducerState, attributes_size
+from .producer_state import ProducerState
 from .records import RecordMetadata
 from .resume import ResumeState
 

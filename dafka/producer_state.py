@@ -31,8 +31,8 @@ from . import batching, extensions, outbox, proto
 from . import bulk as bulk_answers
 from .attributes import Attributes
 from .attributes import pack as attributes_frames
+from .attributes import size as attributes_size
 from .inflight import MESSAGE_OVERHEAD, InflightLedger
-from .outbox import ATTRIBUTES_OVERHEAD
 from .publish_times import PublishTimes
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class ProducerState(Outbox):
 
     def _keep_attributes(self, seq: int, attributes: Attributes) -> None:
         self.attributes[seq] = attributes
-        size = ATTRIBUTES_OVERHEAD + len(attributes[1])
+        size = attributes_size(attributes)
         self.buffered_bytes += size
         self.published_bytes += size
         if self.batch and seq >= self.batch_first:
@@ -146,7 +146,7 @@ class ProducerState(Outbox):
         whole, due at once: :meth:`publish` for a burst already in hand, with
         no Python call per record.  ``keys``, if given, holds each record's key
         (None: none), and ``size`` counts their bytes too; ``attributes`` likewise
-        (:func:`attributes_size`)."""
+        (:func:`dafka.attributes.size`)."""
         buffer = self.buffer
         n = len(values)
         if not self.room_for(n, size):
@@ -485,11 +485,6 @@ class ProducerState(Outbox):
 
 
 _NO_ATTRIBUTES = (b"", b"", b"")  # frames 6-8 of a keyed message whose records have no attributes
-
-
-def attributes_size(attributes: Attributes | None) -> int:
-    """What a record's attributes count in the unacked buffer's bytes."""
-    return 0 if attributes is None else ATTRIBUTES_OVERHEAD + len(attributes[1])
 
 
 _NO_STAMPS = proto.encode_stamps(())  # a producer does not know when stores received its records

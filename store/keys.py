@@ -73,6 +73,7 @@ hold a NUL byte; such a name cannot be keyed unambiguously in this layout
 
 from __future__ import annotations
 
+import struct
 from typing import NamedTuple
 
 import msgpack
@@ -146,14 +147,17 @@ def record_key_entry(subject: str | bytes, address: str | bytes, seq: int) -> by
     return partition_prefix(RECORD_KEY, subject, address) + seq_bytes(seq)
 
 
+ENTRY_TIME = struct.Struct("<q")  # the start of an ``a`` entry's value: the record's timestamp, as frame 6's
+
+
 def attributes_entry_value(timestamp: int, headers: bytes) -> bytes:
-    """The value of a record's ``a`` entry: its timestamp (i64, little-endian) and its encoded headers."""
-    return timestamp.to_bytes(8, "little", signed=True) + headers
+    """The value of a record's ``a`` entry: its timestamp (:data:`ENTRY_TIME`) and its encoded headers."""
+    return ENTRY_TIME.pack(timestamp) + headers
 
 
 def attributes_of_entry(value: bytes) -> tuple[int, bytes]:
     """(timestamp, encoded headers) of an ``a`` entry's value."""
-    return int.from_bytes(value[:8], "little", signed=True), value[8:]
+    return ENTRY_TIME.unpack_from(value)[0], value[ENTRY_TIME.size:]
 
 
 def stamp_key(subject: str | bytes, address: str | bytes, first: int) -> bytes:

@@ -793,8 +793,9 @@ class Reader(RoleThread):
         if not entries:
             return b"", b"", b""
         if len(entries) == n:  # every record has some (a Kafka producer's): the entries are the frames' parts
-            blobs = [value[8:] for _, value in entries]
-            return (b"".join([value[:8] for _, value in entries]), struct.pack(f"<{n}I", *map(len, blobs)),
+            cut = keys.ENTRY_TIME.size
+            blobs = [value[cut:] for _, value in entries]
+            return (b"".join([value[:cut] for _, value in entries]), struct.pack(f"<{n}I", *map(len, blobs)),
                     b"".join(blobs))
         found = {keys.seq_of(key[-keys.SEQ_BYTES:]): keys.attributes_of_entry(value) for key, value in entries}
         return attributes_frames(list(map(found.get, range(first, first + n))))

@@ -30,7 +30,6 @@ Beyond the reference:
 from __future__ import annotations
 
 import logging
-import struct
 from functools import partial
 from itertools import repeat
 from typing import Any, NamedTuple
@@ -38,6 +37,7 @@ from typing import Any, NamedTuple
 from dafka import proto
 from dafka.attributes import NONE as NO_ATTRIBUTES
 from dafka.attributes import Attributes
+from dafka.attributes import size as attributes_size
 from dafka.inflight import fetch_window, mean_size
 from dafka.intake import RecordIntake
 from dafka.packing import sequence_keys, split_contents
@@ -130,13 +130,13 @@ def record_extras(msg: proto.DirectRecordsMsg) -> list[Any] | None:
     return [key if a == NO_ATTRIBUTES else _extra((key, a)) for key, a in zip(record_keys or repeat(None), held)]
 
 
-_TIME = struct.Struct("<q")  # an attributes entry's timestamp (store/keys.py)
+pack_time = keys.ENTRY_TIME.pack  # the start of an attributes entry's value (store/keys.py)
 _extra = partial(tuple.__new__, Extra)  # an Extra from a (key, attributes) pair, without its Python __new__
 
 
 def _extra_size(extra: Any) -> int:
     if type(extra) is Extra:
-        return len(extra.key or b"") + 8 + len(extra.attributes[1])
+        return len(extra.key or b"") + attributes_size(extra.attributes)
     return len(extra)
 
 
@@ -424,10 +424,10 @@ class WriterState(RecordIntake):
             if NO_ATTRIBUTES in held:
                 kept = [(seq, a) for seq, a in zip(range(start, end), held) if a != NO_ATTRIBUTES]
                 self._keys += [p.record_attributes_prefix + seq.to_bytes(8, "big") for seq, _ in kept]
-                self._values += [_TIME.pack(a[0]) + a[1] for _, a in kept]
+                self._values += [pack_time(a[0]) + a[1] for _, a in kept]
             else:
                 self._keys += sequence_keys(p.record_attributes_prefix, start, end)
-                self._values += [_TIME.pack(t) + h for t, h in held]
+                self._values += [pack_time(t) + h for t, h in held]
         self._staged += end - start
         p.head = end - 1
         p.batch_bytes += sum(map(len, values))
