@@ -336,7 +336,6 @@ class Producer(Generic[V]):
         :meth:`send`'s ``key``; ``attributes`` likewise (:func:`dafka.attributes`:
         a timestamp and encoded headers, as :meth:`send` makes them).
 
-
         For a caller that already holds a burst (a CDC connector draining its
         replication stream): the records go out in as few RECORDS messages as
         fit (rfc section 13), under one lock, so the stores ACK them together,
