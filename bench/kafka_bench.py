@@ -9,7 +9,8 @@ Per record size, on one cluster (a tower, a store process):
   then a confluent-kafka consumer reading them from offset 0;
 * **latency**: a confluent-kafka producer paced at ``--kafka-rate`` records/s
   stamps each record, a confluent-kafka consumer at the end takes the
-  difference (p50, p99, after the first second);
+  difference (p50, p99, after the first second); once at librdkafka's default
+  ``linger.ms`` (5 ms), once at 0 (a Produce request a record);
 * **rebalance**: three confluent-kafka members of a group, stable; one
   leaves, and the time until both others have their new assignment.
 
@@ -44,21 +45,25 @@ PRODUCE = """
 import json, os, sys, time
 import confluent_kafka
 bootstrap, topic, n, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+failed = []
 p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                              "enable.idempotence": True, "queue.buffering.max.messages": 1000000})
-value, failed = b"x" * size, []
+                              "enable.idempotence": True, "queue.buffering.max.messages": 1000000,
+                              # a report for each failed record alone: no Python call a record delivered
+                              "delivery.report.only.error": True, "on_delivery": lambda e, m: failed.append(str(e))})
+value = b"x" * size
 p.produce(topic, value, partition=0)
 p.flush(30)
 start, cpu = time.perf_counter(), time.process_time()
-for i in range(n):
-    while True:
-        try:
-            p.produce(topic, value, partition=0, on_delivery=lambda e, m: failed.append(str(e)) if e else None)
-            break
-        except BufferError:
-            p.poll(0.001)
-    if i % 1000 == 0:
-        p.poll(0)
+sent = 0
+while sent < n:  # the client's batch call (produce_batch), as run.py's producer role sends its batches
+    batch = [{"value": value} for _ in range(min(1000, n - sent))]
+    while batch:
+        queued = p.produce_batch(topic, batch, partition=0)
+        sent += queued
+        batch = [m for m in batch if "_error" in m]  # (the queue full: these again once it drained)
+        for m in batch:
+            del m["_error"]
+        p.poll(0.001 if batch else 0)
 left = p.flush(120)
 seconds = time.perf_counter() - start
 print(json.dumps({"seconds": seconds, "left": left, "failed": len(failed),
@@ -88,13 +93,16 @@ print(json.dumps({"received": got, "seconds": seconds, "cpu_us": (time.process_t
 LATENCY = """
 import json, struct, sys, threading, time
 import confluent_kafka
-bootstrap, topic, rate, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+bootstrap, topic, rate, seconds, linger = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "lat", "enable.auto.commit": False,
                               "fetch.wait.max.ms": 100})
-p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                              **({} if linger == "default" else {"linger.ms": int(linger)})})
 p.produce(topic, b"warm", partition=0)
 p.flush(30)
-c.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_END)])
+# from the partition's end as it is now: OFFSET_END would be resolved later, past the first records sent
+low, high = c.get_watermark_offsets(confluent_kafka.TopicPartition(topic, 0), 10)
+c.assign([confluent_kafka.TopicPartition(topic, 0, high)])
 c.consume(1, 1.0)
 n = int(rate * seconds)
 
@@ -255,7 +263,12 @@ def run_size(run: ModuleType, records: int, size: int, rate: int, latency_second
                                 "gateway_cpu_us": (gateway.cpu() - before) / max(consumed["received"], 1) * 1e6}
         out["gateway_rss_mib"] = gateway.rss.peak
         if latency_seconds > 0 and size == 100:
-            out["latency"] = _client(LATENCY, work, gateway.bootstrap, "bench-latency", rate, latency_seconds)
+            # librdkafka's default linger.ms (5 ms since 1.5, as the Java client's since 4.0), then 0: a Produce
+            # request a record, what the gateway's cost a request bounds
+            for name, linger in (("latency", "default"), ("latency_linger_0", "0")):
+                before = gateway.cpu()
+                out[name] = _client(LATENCY, work, gateway.bootstrap, "bench-latency", rate, latency_seconds, linger)
+                out[name].update(rate=rate, gateway_cpu_us=(gateway.cpu() - before) / max(out[name]["received"], 1) * 1e6)
             gateway.close()
             gateway = Gateway(run, cluster, Path(work) / "gateway-6.log", partitions=6)
             out["rebalance"] = _client(REBALANCE, work, gateway.bootstrap, "bench-rebalance")
@@ -293,10 +306,12 @@ def report(results: list[dict]) -> list[str]:
                          f"gateway {kc['gateway_cpu_us']:.2f} us, client {kc['client_cpu_us']:.2f} us"
                          + ("" if kc["received"] >= r["records"] else f", ONLY {kc['received']:,} RECEIVED")))
         lines.append(f"  {r['size']:>5} B  gateway peak RSS {r['gateway_rss_mib']:.0f} MiB; raw ceiling {ceiling:,.0f}/s")
-        if "latency" in r:
-            lat = r["latency"]
-            lines.append(f"  produce-to-consume at {lat['sent']:,} records: p50 {lat['p50_ms']:.1f} ms, "
-                         f"p99 {lat['p99_ms']:.1f} ms ({lat['received']:,} received)")
+        for name, linger in (("latency", "librdkafka's default linger.ms"), ("latency_linger_0", "linger.ms 0")):
+            if name in r:
+                lat = r[name]
+                lines.append(f"  produce-to-consume, {lat['sent']:,} records at {lat['rate']:,}/s, {linger}: "
+                             f"p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms ({lat['received']:,} received; "
+                             f"gateway {lat['gateway_cpu_us']:.1f} us a record)")
         if "rebalance" in r:
             rb = r["rebalance"]
             lines.append("  3-member group, one leaves: " + (f"rebalanced in {rb['seconds'] * 1000:.0f} ms"

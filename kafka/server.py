@@ -39,8 +39,7 @@ import logging
 import ssl
 import struct
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -58,6 +57,7 @@ from .mapping import (
 )
 from .numbering import REGISTRY_NAME, REGISTRY_TOPIC, Numbers, decode_entry
 from .messages import PRODUCE, Request, read_request, response_frame, unsupported_api_versions
+from .fetch_buffer import PartitionBuffer, Row
 from .wire import DecodeError
 
 log = logging.getLogger(__name__)
@@ -75,8 +75,6 @@ PUMP_WAIT_MS = 100  # how long one read of a connection's consumer waits for rec
 DESCRIBED_GROUPS = 200  # groups a PEER-INFO describes at most (its body is at most 64 KiB)
 _SIZE = struct.Struct(">i")
 
-Row = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]  # offset, unix ms, key,
-# value, headers
 T = TypeVar("T")
 Heads = dict[str, dict[str, int]]  # topic -> partition address -> head (-1: none known)
 
@@ -91,12 +89,6 @@ class Counters:
     duplicates: int = 0  # idempotent producers' retries answered without a second append
 
 
-@dataclass
-class _PartitionBuffer:
-    next: int = -1  # the offset the consumer delivers next (-1: not seeked yet)
-    rows: deque[Row] = field(default_factory=deque)
-
-
 class _Reader:
     """One connection's reads: a dafka consumer, and what it delivered, by (topic, partition address).
 
@@ -108,28 +100,26 @@ class _Reader:
         self.consumer: AsyncConsumer[bytes] = AsyncConsumer(config=config.with_overrides(
             {"consumer/offset/reset": "earliest", "consumer/store_times": 1}, source="kafka gateway"))
         self.heads = heads  # the gateway's, moved on as records come (a foreign partition's head)
-        self.buffers: dict[tuple[str, str], _PartitionBuffer] = {}
+        self.buffers: dict[tuple[str, str], PartitionBuffer] = {}
         self.topics: set[str] = set()
         self.arrived = asyncio.Event()  # set when the pump buffered records
         self._room = asyncio.Event()
         self._room.set()
         self._pump: asyncio.Task[None] | None = None
 
-    def want(self, topic: str, address: str, offset: int) -> _PartitionBuffer:
+    def want(self, topic: str, address: str, offset: int) -> PartitionBuffer:
         if topic not in self.topics:
             self.topics.add(topic)
             self.consumer.subscribe(topic)
         if self._pump is None:
             self._pump = asyncio.ensure_future(self._run())
-        buf = self.buffers.setdefault((topic, address), _PartitionBuffer())
-        if buf.rows and buf.rows[0][0] <= offset <= buf.rows[-1][0] + 1:
-            while buf.rows and buf.rows[0][0] < offset:
-                buf.rows.popleft()
-        elif buf.next != offset:
-            buf.rows.clear()
-            buf.next = offset
+        buf = self.buffers.get((topic, address))
+        if buf is None:
+            buf = self.buffers[(topic, address)] = PartitionBuffer()
+        if not buf.holds(offset) and buf.next != offset:
+            buf.restart(offset)
             self.consumer.seek(address, offset, topic=topic)
-        if all(len(b.rows) < BUFFER_RECORDS for b in self.buffers.values()):
+        if all(b.records < BUFFER_RECORDS for b in self.buffers.values()):
             self._room.set()  # (the pump stops while any partition's buffer is full)
         return buf
 
@@ -145,16 +135,12 @@ class _Reader:
                 buf = buffers.get((topic, address))
                 if buf is None:
                     continue
-                rows, expected = buf.rows, buf.next
-                for r in records:  # in order from the seek on; a compacted partition's skip offsets (rfc 19)
-                    if r.offset >= expected:
-                        ts = r.timestamp
-                        rows.append((r.offset, now if ts is None else ts, r.key, r.value, r.headers))
-                        expected = r.offset + 1
-                buf.next = expected
-                if expected > heads.get((topic, address), -1) + 1:
-                    heads[(topic, address)] = expected - 1
-                if len(rows) >= BUFFER_RECORDS:
+                # in order from the seek on; a compacted partition's skip offsets (rfc 19)
+                buf.add([(r.offset, now if r.timestamp is None else r.timestamp, r.key, r.value, r.headers)
+                         for r in records])
+                if buf.next > heads.get((topic, address), -1) + 1:
+                    heads[(topic, address)] = buf.next - 1
+                if buf.records >= BUFFER_RECORDS:
                     self._room.clear()
             self.arrived.set()
 
@@ -871,21 +857,12 @@ class KafkaGateway:
         return mapping.fetch_response(reads, await self._known(list(views), []), found)
 
     @staticmethod
-    def _take(buffers: dict[tuple[str, int], tuple[Any, _PartitionBuffer]],
+    def _take(buffers: dict[tuple[str, int], tuple[Any, PartitionBuffer]],
               max_bytes: int) -> tuple[dict[tuple[str, int], list[Row]], int]:
         found: dict[tuple[str, int], list[Row]] = {}
         total = 0
         for key, (read, buf) in buffers.items():
-            rows: list[Row] = []
-            size = 0
-            for row in buf.rows:
-                if row[0] < read.offset:
-                    continue
-                n = len(row[3] or b"") + len(row[2] or b"") + 20
-                if rows and (size + n > read.max_bytes or total + size + n > max_bytes):
-                    break
-                rows.append(row)
-                size += n
+            rows, size = buf.take(read.offset, min(read.max_bytes, max_bytes - total))
             if rows:
                 found[key] = rows
                 total += size
