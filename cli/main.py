@@ -3,7 +3,7 @@
 ``dafka tower``, ``dafka store``, ``dafka produce`` and ``dafka consume`` are
 the same commands as ``dafka_towerd``, ``dafka_stored``,
 ``dafka_console_producer`` and ``dafka_console_consumer``; ``dafka status``,
-``dafka demo``, ``dafka keygen``, ``dafka cdc`` and ``dafka mirror`` exist only here;
+``dafka demo``, ``dafka keygen``, ``dafka cdc``, ``dafka mirror`` and ``dafka kafka-user`` exist only here;
 ``dafka ui`` is also ``dafka_ui``, ``dafka kafka`` also ``dafka_kafka``.
 """
 
@@ -14,7 +14,7 @@ import click
 from dafka import __version__
 
 from dafka.cdc.cli import cdc
-from dafka.kafka.cli import kafka
+from dafka.kafka.cli import kafka, kafka_user
 from dafka.mirror.cli import mirror
 from dafka.towerd.main import main as tower
 from dafka.ui.cli import ui
@@ -63,4 +63,5 @@ main.add_command(keygen)
 main.add_command(cdc)
 main.add_command(mirror)
 main.add_command(kafka)
+main.add_command(kafka_user)
 main.add_command(ui)

@@ -21,6 +21,9 @@ from dafka.cli.common import (
 )
 from dafka import peer_info
 
+from .sasl import MECHANISMS, PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, CredentialsError, ScramCredential, Users, \
+    load_users, save_users
+
 log = logging.getLogger(__name__)
 
 GC_YOUNG = 10_000  # allocations between two collections of the youngest generation (CPython: 700)
@@ -49,6 +52,14 @@ def tls_context(cert: str | None, key: str | None, client_ca: str | None) -> ssl
     return context
 
 
+def _mechanisms(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+    chosen = tuple(m.strip().upper() for m in value.split(",") if m.strip())
+    unknown = [m for m in chosen if m not in MECHANISMS]
+    if unknown or not chosen:
+        raise click.BadParameter(f"{value!r}: mechanisms are {', '.join(MECHANISMS)} (a comma-separated list)")
+    return chosen
+
+
 def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, int] | None:
     if value is None:
         return None
@@ -70,6 +81,12 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
               help="The certificate's private key (default: in the --tls-cert file).")
 @click.option("--tls-client-ca", type=click.Path(exists=True, dir_okay=False), metavar="PEM",
               help="Require a client certificate signed by this CA (Kafka's ssl.client.auth=required).")
+@click.option("--sasl-users", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Require SASL against this credentials file (dafka kafka-user add writes it): clients set "
+                   "security.protocol=sasl_ssl (or sasl_plaintext), sasl.mechanism and their user and password.")
+@click.option("--sasl-mechanisms", callback=_mechanisms, default=",".join(MECHANISMS), show_default=True,
+              metavar="LIST", help="The SASL mechanisms offered with --sasl-users (PLAIN sends the password itself: "
+                                   "over TLS only, or a warning).")
 @click.option("--advertise", callback=_host_port, metavar="HOST:PORT",
               help="What Metadata tells clients to connect to (default: --address and --port).")
 @click.option("--num-partitions", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
@@ -91,10 +108,11 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @common_options(pub_help="The tower's XPUB (beacon/pub_address).", sub_help="The tower's XSUB (beacon/sub_address).",
                 metrics=True)
 def kafka(port: int, address: str, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None,
+          sasl_users: str | None, sasl_mechanisms: tuple[str, ...],
           advertise: tuple[str, int] | None, num_partitions: int, no_auto_create: bool,
           max_request_bytes: int, initial_rebalance_delay_ms: int, survey_interval_ms: int,
           config_path: str | None, pub: str | None,
-          sub: str | None, sets: list,
+          sub: str | None, sets: list[tuple[str, str]],
           verbose: bool, tower_timeout_ms: int, metrics_port: int | None, metrics_address: str) -> None:
     """Serve the Kafka protocol: Kafka clients (librdkafka and kcat,
     confluent-kafka, kafka-python, aiokafka...) produce to and fetch from the
@@ -122,10 +140,22 @@ def kafka(port: int, address: str, tls_cert: str | None, tls_key: str | None, tl
                          verbose_keys=("beacon/verbose",), verbose=verbose)
     setup_logging(verbose)
     tls = tls_context(tls_cert, tls_key, tls_client_ca)
+    users = None
+    if sasl_users is not None:
+        try:
+            users = load_users(sasl_users)
+        except CredentialsError as exc:
+            raise click.BadParameter(str(exc), param_hint="--sasl-users") from None
+        if tls is None and PLAIN in sasl_mechanisms:
+            log.warning("SASL/PLAIN without TLS: passwords cross the network in clear (add --tls-cert, or "
+                        "--sasl-mechanisms SCRAM-SHA-512,SCRAM-SHA-256)")
     if address not in ("127.0.0.1", "localhost", "::1"):
-        if tls is None:
+        if tls is None and users is None:
             log.warning("serving Kafka on %s without TLS or SASL: anyone who reaches it can read and write", address)
-        elif tls_client_ca is None:
+        elif tls is None:
+            log.warning("serving Kafka on %s without TLS: what clients read and write crosses the network in clear",
+                        address)
+        elif tls_client_ca is None and users is None:
             log.warning("serving Kafka on %s over TLS without client certificates or SASL: anyone who reaches it "
                         "can read and write", address)
     stop = stop_event_on_signals()
@@ -133,7 +163,8 @@ def kafka(port: int, address: str, tls_cert: str | None, tls_key: str | None, tl
     gateway = KafkaGateway(config, address=address, port=port, advertise=advertise, num_partitions=num_partitions,
                            auto_create=not no_auto_create, max_request_bytes=max_request_bytes,
                            initial_rebalance_delay=initial_rebalance_delay_ms / 1000.0,
-                           survey_interval=survey_interval_ms / 1000.0, tls=tls)
+                           survey_interval=survey_interval_ms / 1000.0, tls=tls, users=users,
+                           sasl_mechanisms=sasl_mechanisms)
 
     async def main() -> None:
         try:
@@ -150,7 +181,8 @@ def kafka(port: int, address: str, tls_cert: str | None, tls_key: str | None, tl
         # record, fetch 4.4 -> 2.5 us; docs/benchmarks.md).
         gc.freeze()
         gc.set_threshold(GC_YOUNG, 10, 10)
-        say(f"serving Kafka on {gateway.address}:{gateway.port}" + (" over TLS" if tls is not None else ""))
+        say(f"serving Kafka on {gateway.address}:{gateway.port}" + (" over TLS" if tls is not None else "")
+            + (f" with SASL ({', '.join(sasl_mechanisms)})" if users is not None else ""))
         done = asyncio.Event()
         loop = asyncio.get_running_loop()
         stop.callbacks.append(lambda: loop.call_soon_threadsafe(done.set))  # type: ignore[attr-defined]
@@ -162,6 +194,84 @@ def kafka(port: int, address: str, tls_cert: str | None, tls_key: str | None, tl
     run_or_exit(lambda: asyncio.run(main()), "kafka gateway")
     say(f"stopped: {gateway.counters.requests} requests, {gateway.counters.records_in} records in, "
         f"{gateway.counters.records_out} out")
+
+
+@click.group("kafka-user", context_settings=CONTEXT_SETTINGS)
+def kafka_user() -> None:
+    """Manage the SASL users of `dafka kafka --sasl-users FILE`.
+
+    The file keeps each password salted and hashed for SCRAM-SHA-256 and
+    SCRAM-SHA-512 (RFC 5802: salt, iterations, stored and server keys, as
+    Kafka keeps them), never in clear; PLAIN logins are checked against it
+    too. A running gateway reads it at start.
+
+    \b
+    Examples:
+      dafka kafka-user add alice --file users.json      (asks for the password)
+      printf 's3cret' | dafka kafka-user add bob --file users.json --password-stdin
+      dafka kafka-user list --file users.json
+      dafka kafka-user remove bob --file users.json
+    """
+
+
+_FILE = click.option("--file", "path", required=True, type=click.Path(dir_okay=False), metavar="FILE",
+                     help="The credentials file (made if missing, readable by its owner alone).")
+
+
+def _existing(path: str, missing_ok: bool) -> Users:
+    import os
+
+    if missing_ok and not os.path.exists(path):
+        return {}
+    try:
+        return load_users(path)
+    except CredentialsError as exc:
+        raise click.BadParameter(str(exc), param_hint="--file") from None
+
+
+@kafka_user.command("add", context_settings=CONTEXT_SETTINGS)
+@click.argument("name")
+@_FILE
+@click.option("--password-stdin", is_flag=True, help="Read the password from stdin (its first line) instead of asking.")
+@click.option("--iterations", type=click.IntRange(min=4096), default=4096, show_default=True,
+              help="PBKDF2 iterations of the salted password (Kafka's default and floor: 4096).")
+def kafka_user_add(name: str, path: str, password_stdin: bool, iterations: int) -> None:
+    """Add user NAME, or give it a new password."""
+    import sys
+
+    if not name or any(c in name for c in ",=\0") or name != name.strip():
+        raise click.BadParameter(f"{name!r}: a user name without ',', '=', NUL or surrounding spaces",
+                                 param_hint="NAME")
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    if not password:
+        raise click.BadParameter("an empty password", param_hint="--password-stdin")
+    users = _existing(path, missing_ok=True)
+    users[name] = {m: ScramCredential.make(m, password, iterations) for m in (SCRAM_SHA_256, SCRAM_SHA_512)}
+    save_users(path, users)
+    say(f"{name}: SCRAM-SHA-256 and SCRAM-SHA-512 credentials in {path}")
+
+
+@kafka_user.command("remove", context_settings=CONTEXT_SETTINGS)
+@click.argument("name")
+@_FILE
+def kafka_user_remove(name: str, path: str) -> None:
+    """Remove user NAME."""
+    users = _existing(path, missing_ok=False)
+    if users.pop(name, None) is None:
+        raise click.BadParameter(f"no user {name!r} in {path}", param_hint="NAME")
+    save_users(path, users)
+    say(f"{name}: removed from {path}")
+
+
+@kafka_user.command("list", context_settings=CONTEXT_SETTINGS)
+@_FILE
+def kafka_user_list(path: str) -> None:
+    """The users and their mechanisms, one a line."""
+    for name, entries in sorted(_existing(path, missing_ok=False).items()):
+        click.echo(f"{name}\t{','.join(sorted(entries))}")
 
 
 def main() -> None:

@@ -243,10 +243,23 @@ DESCRIBE_CONFIGS = Api(
             F("config_type", INT8, 3), F("documentation", NULLABLE_STRING, 3)))))))),
 )
 
+SASL_HANDSHAKE = Api(
+    17, "SaslHandshake", 0, 1, 2,  # never flexible; after v0, the tokens go raw (a size, the bytes), v1 in SaslAuthenticate
+    Struct(F("mechanism", STRING)),
+    Struct(F("error_code", INT16), F("mechanisms", Array(STRING))),
+)
+
+SASL_AUTHENTICATE = Api(
+    36, "SaslAuthenticate", 0, 2, 2,
+    Struct(F("auth_bytes", BYTES)),
+    Struct(F("error_code", INT16), F("error_message", NULLABLE_STRING), F("auth_bytes", BYTES),
+           F("session_lifetime_ms", INT64, 1)),
+)
+
 APIS: dict[int, Api] = {api.key: api for api in (
     API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS, FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP, HEARTBEAT,
     LEAVE_GROUP, OFFSET_COMMIT, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, INIT_PRODUCER_ID,
-    CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS)}
+    CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, SASL_HANDSHAKE, SASL_AUTHENTICATE)}
 
 
 @dataclass

@@ -56,7 +56,11 @@ from .mapping import (
     Answer, Appends, Commit, Create, Held, Mapping, Reads, Replies, Seek, TopicView, address_of, index_of,
 )
 from .numbering import REGISTRY_NAME, REGISTRY_TOPIC, Numbers, decode_entry
-from .messages import PRODUCE, Request, read_request, response_frame, unsupported_api_versions
+from .messages import (
+    API_VERSIONS, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE, Request, encode_body, read_request, response_frame,
+    unsupported_api_versions,
+)
+from .sasl import MAX_SASL_BYTES, MECHANISMS, SaslServer, Users
 from .fetch_buffer import PartitionBuffer, Row
 from .wire import DecodeError
 
@@ -87,6 +91,7 @@ class Counters:
     records_in: int = 0
     records_out: int = 0
     duplicates: int = 0  # idempotent producers' retries answered without a second append
+    authentication_failed: int = 0  # connections closed for failing SASL
 
 
 class _Reader:
@@ -163,8 +168,10 @@ class KafkaGateway:
     def __init__(self, config: Config, *, address: str = "127.0.0.1", port: int = 9092,
                  advertise: tuple[str, int] | None = None, num_partitions: int = 1, auto_create: bool = True,
                  max_request_bytes: int = 100 * 1024 * 1024, initial_rebalance_delay: float = 3.0,
-                 survey_interval: float = RESURVEY_SECONDS, tls: ssl.SSLContext | None = None) -> None:
-        """``tls``: serve Kafka over TLS with this server context (None: plaintext)."""
+                 survey_interval: float = RESURVEY_SECONDS, tls: ssl.SSLContext | None = None,
+                 users: Users | None = None, sasl_mechanisms: tuple[str, ...] = MECHANISMS) -> None:
+        """``tls``: serve Kafka over TLS with this server context (None: plaintext). ``users``: require SASL
+        (``sasl_mechanisms``) against these credentials (None: no authentication)."""
         self.config = config
         self.address, self.port = address, port
         self.advertise = advertise
@@ -174,6 +181,8 @@ class KafkaGateway:
         self.initial_rebalance_delay = initial_rebalance_delay
         self.survey_interval = survey_interval  # 0: a topic is surveyed once, when a request first names it
         self.tls = tls
+        self.users = users
+        self.sasl_mechanisms = sasl_mechanisms if users is not None else ()
         self.mapping: Mapping | None = None
         self.counters = Counters()
         self.producers: dict[tuple[str, int], AsyncProducer[bytes]] = {}
@@ -577,18 +586,36 @@ class KafkaGateway:
         fetches: _Reader | None = None
         answers: asyncio.Queue[tuple[Request, asyncio.Future[bytes | None]]] = asyncio.Queue(PIPELINE)
         sender = asyncio.ensure_future(self._send_answers(answers, writer))
+        sasl = SaslServer(self.users or {}, self.sasl_mechanisms)
+        raw_tokens = False  # after a SaslHandshake v0: the tokens come as bare frames
         try:
             while True:
                 try:
                     size = _SIZE.unpack(await reader.readexactly(4))[0]
                 except asyncio.IncompleteReadError:
                     return
-                if not 0 < size <= self.max_request_bytes:
-                    self.counters.malformed += 1
-                    log.warning("kafka client %s: a request of %d bytes (socket.request.max.bytes %d): closed",
-                                peer, size, self.max_request_bytes)
+                before_login = self.users is not None and not sasl.authenticated
+                limit = MAX_SASL_BYTES if before_login else self.max_request_bytes
+                if not 0 < size <= limit:
+                    if before_login:
+                        self.counters.authentication_failed += 1
+                        log.warning("kafka client %s: a frame of %d bytes before authenticating (at most %d): closed",
+                                    peer, size, limit)
+                    else:
+                        self.counters.malformed += 1
+                        log.warning("kafka client %s: a request of %d bytes (socket.request.max.bytes %d): closed",
+                                    peer, size, limit)
                     return
                 frame = await reader.readexactly(size)
+                if raw_tokens:
+                    code, message, reply = sasl.authenticate(frame)
+                    if code:
+                        self._refused_login(peer, sasl, message)
+                        return
+                    writer.write(_SIZE.pack(len(reply)) + reply)
+                    await writer.drain()
+                    raw_tokens = not sasl.authenticated
+                    continue
                 try:
                     request = read_request(frame)
                 except DecodeError as exc:
@@ -596,6 +623,20 @@ class KafkaGateway:
                     log.warning("kafka client %s: a malformed request (%s): closed", peer, exc)
                     return
                 self.counters.requests += 1
+                if request.api_key in (SASL_HANDSHAKE.key, SASL_AUTHENTICATE.key) and request.body is not None:
+                    await answers.join()
+                    said, raw_tokens, failed = self._sasl_answer(request, sasl)
+                    writer.write(response_frame(request.api, request.version, request.correlation_id, said))
+                    await writer.drain()
+                    if failed is not None:
+                        self._refused_login(peer, sasl, failed)
+                        return
+                    continue
+                if before_login and request.api_key != API_VERSIONS.key:
+                    self.counters.authentication_failed += 1
+                    log.warning("kafka client %s: %s before authenticating (the listener requires SASL): closed",
+                                peer, request.api.name if request.api is not None else f"API {request.api_key}")
+                    return
                 if request.api is PRODUCE and request.body is not None:
                     await answers.put((request, asyncio.ensure_future(self._answer(request, fetches, peer))))
                     continue
@@ -625,6 +666,27 @@ class KafkaGateway:
             if fetches is not None:
                 await fetches.close()
             writer.close()
+
+    def _sasl_answer(self, request: Request, sasl: SaslServer) -> tuple[bytes, bool, str | None]:
+        """A SaslHandshake's or SaslAuthenticate's answer, whether raw tokens follow (a SaslHandshake v0 that
+        succeeded), and why the connection must go (None: it goes on)."""
+        assert request.body is not None and request.api is not None
+        if request.api is SASL_HANDSHAKE:
+            mechanism = request.body["mechanism"]
+            code = sasl.handshake(mechanism)
+            body = {"error_code": code, "mechanisms": list(self.sasl_mechanisms)}
+            return (encode_body(SASL_HANDSHAKE, request.version, body), code == 0 and request.version == 0,
+                    f"mechanism {mechanism!r} not offered" if code else None)
+        code, message, reply = sasl.authenticate(request.body["auth_bytes"])
+        if code == 0 and sasl.authenticated:
+            log.info("kafka client authenticated as %r (%s)", sasl.principal, sasl.mechanism)
+        body = {"error_code": code, "error_message": message, "auth_bytes": reply, "session_lifetime_ms": 0}
+        return encode_body(SASL_AUTHENTICATE, request.version, body), False, (message or "refused") if code else None
+
+    def _refused_login(self, peer: Any, sasl: SaslServer, message: str | None) -> None:
+        self.counters.authentication_failed += 1
+        log.warning("kafka client %s: SASL %s refused%s: closed", peer, sasl.mechanism or "handshake",
+                    f" ({message})" if message else "")
 
     @staticmethod
     async def _send_answers(answers: asyncio.Queue[tuple[Request, asyncio.Future[bytes | None]]],
