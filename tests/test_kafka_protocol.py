@@ -15,7 +15,8 @@ from dafka import attributes
 from dafka.kafka import batches, errors, records
 from dafka.kafka.mapping import Answer, Appends, Mapping, Reads, TopicView, address_of
 from dafka.kafka.messages import (
-    API_VERSIONS, APIS, CREATE_TOPICS, DELETE_GROUPS, DELETE_TOPICS, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH, FIND_COORDINATOR,
+    API_VERSIONS, APIS, SASL_AUTHENTICATE, SASL_HANDSHAKE,
+    CREATE_TOPICS, DELETE_GROUPS, DELETE_TOPICS, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH, FIND_COORDINATOR,
     HEARTBEAT, INIT_PRODUCER_ID, JOIN_GROUP, LEAVE_GROUP, LIST_GROUPS, LIST_OFFSETS, METADATA, OFFSET_COMMIT,
     OFFSET_FETCH, PRODUCE, SYNC_GROUP, read_request, response_frame,
 )
@@ -69,6 +70,8 @@ def test_every_served_version_of_every_request_round_trips():
         DELETE_TOPICS.key: {"topic_names": ["t"], "timeout_ms": 1000},
         DESCRIBE_CONFIGS.key: {"resources": [{"resource_type": 2, "resource_name": "t", "configuration_keys": None}],
                                "include_synonyms": False, "include_documentation": False},
+        SASL_HANDSHAKE.key: {"mechanism": "SCRAM-SHA-512"},
+        SASL_AUTHENTICATE.key: {"auth_bytes": b"n,,n=u,r=x"},
     }
     for api in APIS.values():
         for version in range(api.lo, api.hi + 1):
