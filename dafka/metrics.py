@@ -101,6 +101,8 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dafka_kafka_authentication_failed": ("counter", "Kafka connections a gateway closed for failing SASL "
                                           "(a wrong password or proof, a request before authenticating, an "
                                           "oversized SASL frame)", ()),
+    "dafka_kafka_denied": ("counter", "topics and groups Kafka requests named that their principal may not use "
+                                      "(dafka kafka --acl)", ()),
     "dafka_kafka_group_members": ("gauge", "members of a Kafka group the gateway coordinates", ("group",)),
     "dafka_kafka_group_lag": ("gauge", "records of a partition after a Kafka group's commit (its lag)",
                               ("group", "topic", "partition")),
@@ -316,7 +318,7 @@ def _kafka_gateway(gateway: Any, families: _Families, cap: int) -> None:
     c = gateway.counters
     base = {"role": "kafka", "peer": f"{gateway.address}:{gateway.port}"}
     for name in ("connections", "requests", "malformed", "records_in", "records_out", "duplicates",
-                 "authentication_failed"):
+                 "authentication_failed", "denied"):
         families.add(f"dafka_kafka_{name}", base, getattr(c, name))
     for group, members in gateway.group_members().items():
         families.add("dafka_kafka_group_members", {**base, "group": group}, members)

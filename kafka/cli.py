@@ -21,6 +21,7 @@ from dafka.cli.common import (
 )
 from dafka import peer_info
 
+from .acl import AclError, load_acl
 from .sasl import MECHANISMS, PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, CredentialsError, ScramCredential, Users, \
     load_users, save_users
 
@@ -87,6 +88,9 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option("--sasl-mechanisms", callback=_mechanisms, default=",".join(MECHANISMS), show_default=True,
               metavar="LIST", help="The SASL mechanisms offered with --sasl-users (PLAIN sends the password itself: "
                                    "over TLS only, or a warning).")
+@click.option("--acl", "acl_path", type=click.Path(dir_okay=False), metavar="FILE",
+              help="What each principal may do: lines of PRINCIPAL OPERATIONS RESOURCE NAME (e.g. 'alice "
+                   "read,write topic orders'); whatever no line allows is denied. docs/kafka.md has the format.")
 @click.option("--advertise", callback=_host_port, metavar="HOST:PORT",
               help="What Metadata tells clients to connect to (default: --address and --port).")
 @click.option("--num-partitions", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
@@ -108,7 +112,7 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @common_options(pub_help="The tower's XPUB (beacon/pub_address).", sub_help="The tower's XSUB (beacon/sub_address).",
                 metrics=True)
 def kafka(port: int, address: str, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None,
-          sasl_users: str | None, sasl_mechanisms: tuple[str, ...],
+          sasl_users: str | None, sasl_mechanisms: tuple[str, ...], acl_path: str | None,
           advertise: tuple[str, int] | None, num_partitions: int, no_auto_create: bool,
           max_request_bytes: int, initial_rebalance_delay_ms: int, survey_interval_ms: int,
           config_path: str | None, pub: str | None,
@@ -149,6 +153,14 @@ def kafka(port: int, address: str, tls_cert: str | None, tls_key: str | None, tl
         if tls is None and PLAIN in sasl_mechanisms:
             log.warning("SASL/PLAIN without TLS: passwords cross the network in clear (add --tls-cert, or "
                         "--sasl-mechanisms SCRAM-SHA-512,SCRAM-SHA-256)")
+    acl = None
+    if acl_path is not None:
+        try:
+            acl = load_acl(acl_path)
+        except AclError as exc:
+            raise click.BadParameter(str(exc), param_hint="--acl") from None
+        if users is None:
+            log.warning("--acl without --sasl-users: every client is ANONYMOUS, and only its lines apply")
     if address not in ("127.0.0.1", "localhost", "::1"):
         if tls is None and users is None:
             log.warning("serving Kafka on %s without TLS or SASL: anyone who reaches it can read and write", address)
@@ -164,7 +176,7 @@ def kafka(port: int, address: str, tls_cert: str | None, tls_key: str | None, tl
                            auto_create=not no_auto_create, max_request_bytes=max_request_bytes,
                            initial_rebalance_delay=initial_rebalance_delay_ms / 1000.0,
                            survey_interval=survey_interval_ms / 1000.0, tls=tls, users=users,
-                           sasl_mechanisms=sasl_mechanisms)
+                           sasl_mechanisms=sasl_mechanisms, acl=acl)
 
     async def main() -> None:
         try:

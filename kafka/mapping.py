@@ -34,6 +34,7 @@ from typing import Any, Hashable
 from dafka.peer import partition_address
 
 from . import batches, errors
+from .acl import ALLOW_ALL, CREATE, DELETE, DESCRIBE, GROUP, READ, TOPIC, WRITE, Access
 from .batches import Batch
 from .groups import Coordinator
 from .idempotence import Sequences
@@ -210,10 +211,12 @@ class Mapping:
     # -- requests ---------------------------------------------------------------------------
 
     def handle(self, request: Request, topics: dict[str, TopicView], now: float = 0.0,
-               token: Hashable = None) -> Answer | Appends | Reads | Replies | Commit | Create | Seek:
+               token: Hashable = None,
+               access: Access = ALLOW_ALL) -> Answer | Appends | Reads | Replies | Commit | Create | Seek:
         """``topics``: the server's view of every topic the request names (missing: unknown so far);
         ``now``: monotonic seconds (group timeouts); ``token``: what stands for this request in
-        :class:`Replies` (a group request's)."""
+        :class:`Replies` (a group request's); ``access``: what the connection's principal may do
+        (kafka/acl.py: a topic or group it may not use gets TOPIC_ or GROUP_AUTHORIZATION_FAILED)."""
         api = request.api
         if request.body is None or api is None:
             return Answer(request, None if api is None else self.unsupported(request))
@@ -221,58 +224,69 @@ class Mapping:
         if api is API_VERSIONS:
             return Answer(request, encode_body(api, request.version, api_versions_body()))
         if api is METADATA:
-            return Answer(request, self.metadata(request, topics))
+            return Answer(request, self.metadata(request, topics, access))
         if api is LIST_OFFSETS:
             moments = sorted({(t["name"], p["timestamp"]) for t in body["topics"] for p in t["partitions"]
-                              if p["timestamp"] >= 0 and t["name"] in topics})
-            return Seek(request, moments) if moments else Answer(request, self.list_offsets(request, topics))
+                              if p["timestamp"] >= 0 and t["name"] in topics and access.allowed(DESCRIBE, TOPIC, t["name"])})
+            return Seek(request, moments) if moments else Answer(request, self.list_offsets(request, topics,
+                                                                                            access=access))
         if api is PRODUCE:
-            return self.produce(request, topics)
+            return self.produce(request, topics, access)
         if api is FETCH:
-            return self.fetch(request, topics)
+            return self.fetch(request, topics, access)
         if api is FIND_COORDINATOR:
+            denied = body.get("key_type", 0) == 0 and not access.may(DESCRIBE, GROUP, body["key"])
             return Answer(request, encode_body(api, request.version, {
-                "throttle_time_ms": 0, "error_code": 0, "error_message": None, "node_id": NODE_ID,
-                "host": self.host, "port": self.port}))
+                "throttle_time_ms": 0, "error_code": errors.GROUP_AUTHORIZATION_FAILED if denied else 0,
+                "error_message": None, "node_id": -1 if denied else NODE_ID, "host": "" if denied else self.host,
+                "port": -1 if denied else self.port}))
         if api is INIT_PRODUCER_ID:
-            return Answer(request, self.init_producer_id(request))
+            return Answer(request, self.init_producer_id(request, access))
         if api in (JOIN_GROUP, SYNC_GROUP, LEAVE_GROUP, HEARTBEAT):
+            if not access.may(READ, GROUP, body["group_id"]):
+                return Replies([(token, encode_body(api, request.version, {
+                    "error_code": errors.GROUP_AUTHORIZATION_FAILED, "generation_id": -1,
+                    "member_id": body.get("member_id") or ""}))])
             return self.group_request(request, now, token)
         if api is OFFSET_COMMIT:
-            return self.offset_commit(request, topics, now)
+            return self.offset_commit(request, topics, now, access)
         if api is OFFSET_FETCH:
-            return Answer(request, self.offset_fetch(request))
+            return Answer(request, self.offset_fetch(request, access))
         if api is LIST_GROUPS:
             listed = [{"group_id": g.name, "protocol_type": g.protocol_type or "consumer"}
                       for g in self.coordinator.groups.values()]
             listed += [{"group_id": name, "protocol_type": "consumer"} for name in sorted(self.offsets)
                        if name not in self.coordinator.groups]
+            listed = [g for g in listed if access.allowed(DESCRIBE, GROUP, g["group_id"])]
             return Answer(request, encode_body(api, request.version, {"throttle_time_ms": 0, "error_code": 0,
                                                                       "groups": listed}))
         if api is DESCRIBE_GROUPS:
-            return Answer(request, self.describe_groups(request))
+            return Answer(request, self.describe_groups(request, access))
         if api is DELETE_GROUPS:
-            codes = {name: self.coordinator.delete(name) for name in body["groups_names"]}
+            codes = {name: self.coordinator.delete(name) if access.may(DELETE, GROUP, name)
+                     else errors.GROUP_AUTHORIZATION_FAILED for name in body["groups_names"]}
             return Commit(request, "", {}, {}, forget=[name for name, code in codes.items() if code == 0],
                           group_codes=codes)
         if api is CREATE_TOPICS:
-            return self.create_topics(request, topics)
+            return self.create_topics(request, topics, access)
         if api is DELETE_TOPICS:  # a dafka topic is its partitions' producers and the stores' records
             return Answer(request, encode_body(api, request.version, {"throttle_time_ms": 0, "responses": [
                 {"name": name, "error_code": errors.TOPIC_DELETION_DISABLED,
                  "error_message": "dafka does not delete topics: the stores' retention (store/retention/*) "
                                   "removes their records"} for name in body["topic_names"]]}))
         assert api is DESCRIBE_CONFIGS
-        return Answer(request, self.describe_configs(request, topics))
+        return Answer(request, self.describe_configs(request, topics, access))
 
     # -- producer ids ---------------------------------------------------------------------
 
-    def init_producer_id(self, request: Request) -> bytes:
+    def init_producer_id(self, request: Request, access: Access = ALLOW_ALL) -> bytes:
         body = request.body
         assert body is not None
         fields = {"throttle_time_ms": 0, "error_code": 0, "producer_id": -1, "producer_epoch": -1}
         if body["transactional_id"] is not None:  # transactions: not served (docs/kafka.md)
             fields["error_code"] = errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        elif not access.may_any(WRITE, TOPIC):  # an idempotent producer writes somewhere (Kafka 2.8 and later)
+            fields["error_code"] = errors.CLUSTER_AUTHORIZATION_FAILED
         elif body.get("producer_id", -1) >= 0 and request.version >= 3:  # a producer bumping its epoch (KIP-360)
             fields["producer_id"] = body["producer_id"]
             fields["producer_epoch"] = (body["producer_epoch"] + 1) % 32768
@@ -333,11 +347,13 @@ class Mapping:
         """A waiting request whose connection closed."""
         self._waiting.pop(token, None)
 
-    def offset_commit(self, request: Request, topics: dict[str, TopicView], now: float) -> Commit | Answer:
+    def offset_commit(self, request: Request, topics: dict[str, TopicView], now: float,
+                      access: Access = ALLOW_ALL) -> Commit | Answer:
         body = request.body
         assert body is not None
         group = body["group_id"]
-        code = self.coordinator.check_commit(group, body["generation_id"], body["member_id"], now)
+        code = self.coordinator.check_commit(group, body["generation_id"], body["member_id"], now) \
+            if access.may(READ, GROUP, group) else errors.GROUP_AUTHORIZATION_FAILED
         offsets: dict[tuple[str, int], tuple[int, str | None]] = {}
         codes: dict[tuple[str, int], int] = {}
         for topic in body["topics"]:
@@ -346,6 +362,8 @@ class Mapping:
                 key = (topic["name"], p["partition_index"])
                 if code:
                     codes[key] = code
+                elif not access.may(READ, TOPIC, key[0]):
+                    codes[key] = errors.TOPIC_AUTHORIZATION_FAILED
                 elif view is None or not 0 <= key[1] < view.count:
                     codes[key] = errors.UNKNOWN_TOPIC_OR_PARTITION
                 else:
@@ -368,31 +386,43 @@ class Mapping:
         return encode_body(OFFSET_COMMIT, request.version, {
             "throttle_time_ms": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]})
 
-    def offset_fetch(self, request: Request) -> bytes:
+    def offset_fetch(self, request: Request, access: Access = ALLOW_ALL) -> bytes:
         body = request.body
         assert body is not None
+        if not access.may(DESCRIBE, GROUP, body["group_id"]):
+            code = errors.GROUP_AUTHORIZATION_FAILED
+            return encode_body(OFFSET_FETCH, request.version, {"throttle_time_ms": 0, "error_code": code, "topics": [
+                {"name": t["name"], "partitions": [{"partition_index": i, "committed_offset": -1, "error_code": code}
+                                                   for i in t["partition_indexes"]]} for t in body["topics"] or []]})
         kept = self.offsets.get(body["group_id"], {})
         wanted = body["topics"]
         if wanted is None:  # every partition the group committed
             names: dict[str, list[int]] = {}
             for topic, index in sorted(kept):
                 names.setdefault(topic, []).append(index)
-            wanted = [{"name": t, "partition_indexes": ps} for t, ps in names.items()]
+            wanted = [{"name": t, "partition_indexes": ps} for t, ps in names.items() if access.allowed(DESCRIBE, TOPIC, t)]
         out = []
         for topic in wanted:
             parts = []
+            allowed = access.may(DESCRIBE, TOPIC, topic["name"])
             for index in topic["partition_indexes"]:
-                offset, metadata = kept.get((topic["name"], index), (-1, ""))
+                offset, metadata = kept.get((topic["name"], index), (-1, "")) if allowed else (-1, "")
                 parts.append({"partition_index": index, "committed_offset": offset, "committed_leader_epoch": -1,
-                              "metadata": metadata if metadata is not None else "", "error_code": 0})
+                              "metadata": metadata if metadata is not None else "",
+                              "error_code": 0 if allowed else errors.TOPIC_AUTHORIZATION_FAILED})
             out.append({"name": topic["name"], "partitions": parts})
         return encode_body(OFFSET_FETCH, request.version, {"throttle_time_ms": 0, "topics": out, "error_code": 0})
 
-    def describe_groups(self, request: Request) -> bytes:
+    def describe_groups(self, request: Request, access: Access = ALLOW_ALL) -> bytes:
         body = request.body
         assert body is not None
         out = []
         for name in body["groups"]:
+            if not access.may(DESCRIBE, GROUP, name):
+                out.append({"error_code": errors.GROUP_AUTHORIZATION_FAILED, "group_id": name, "group_state": "",
+                            "protocol_type": "", "protocol_data": "", "members": [],
+                            "authorized_operations": -2147483648})
+                continue
             group = self.coordinator.groups.get(name)
             if group is None:
                 state = "Empty" if name in self.offsets else "Dead"
@@ -409,7 +439,7 @@ class Mapping:
 
     # -- admin ------------------------------------------------------------------------------
 
-    def create_topics(self, request: Request, topics: dict[str, TopicView]) -> Create:
+    def create_topics(self, request: Request, topics: dict[str, TopicView], access: Access = ALLOW_ALL) -> Create:
         body = request.body
         assert body is not None
         create: dict[str, int] = {}
@@ -421,6 +451,8 @@ class Mapping:
                 n = self.num_partitions
             if names.count(name) > 1:  # as Kafka: a topic named twice is refused, and answered once
                 codes[name] = (errors.INVALID_REQUEST, f"topic {name!r} is named more than once")
+            elif not access.may(CREATE, TOPIC, name):
+                codes[name] = (errors.TOPIC_AUTHORIZATION_FAILED, f"not authorized to create topic {name!r}")
             elif not valid_topic(name):
                 codes[name] = (errors.INVALID_TOPIC_EXCEPTION, f"{name!r} is not a valid topic name")
             elif name in topics and topics[name].count:
@@ -446,12 +478,14 @@ class Mapping:
             results.append({"name": name, "error_code": code, "error_message": message})
         return encode_body(CREATE_TOPICS, create.request.version, {"throttle_time_ms": 0, "topics": results})
 
-    def describe_configs(self, request: Request, topics: dict[str, TopicView]) -> bytes:
+    def describe_configs(self, request: Request, topics: dict[str, TopicView], access: Access = ALLOW_ALL) -> bytes:
         body = request.body
         assert body is not None
         results = []
         for r in body["resources"]:
-            if r["resource_type"] == 2:  # a topic
+            if r["resource_type"] == 2 and not access.may(DESCRIBE, TOPIC, r["resource_name"]):
+                entries, code = {}, errors.TOPIC_AUTHORIZATION_FAILED
+            elif r["resource_type"] == 2:  # a topic
                 known = r["resource_name"] in topics
                 entries = self.topic_config(r["resource_name"]) if known else {}
                 code = 0 if known else errors.UNKNOWN_TOPIC_OR_PARTITION
@@ -520,8 +554,9 @@ class Mapping:
             return [r["resource_name"] for r in body["resources"] if r["resource_type"] == 2]
         return []
 
-    def to_create(self, request: Request, topics: dict[str, TopicView]) -> list[str]:
-        """Topics the request would auto-create: a Produce's or an allowing Metadata's, unknown so far."""
+    def to_create(self, request: Request, topics: dict[str, TopicView], access: Access = ALLOW_ALL) -> list[str]:
+        """Topics the request would auto-create: a Produce's or an allowing Metadata's, unknown so far, that
+        the principal may create."""
         if not self.auto_create or request.body is None:
             return []
         if request.api is METADATA:
@@ -529,16 +564,21 @@ class Mapping:
                 return []
         elif request.api is not PRODUCE:
             return []
-        return [t for t in (self.wanted_topics(request) or []) if t not in topics and valid_topic(t)]
+        return [t for t in (self.wanted_topics(request) or []) if t not in topics and valid_topic(t)
+                and access.allowed(CREATE, TOPIC, t)]
 
-    def metadata(self, request: Request, topics: dict[str, TopicView]) -> bytes:
+    def metadata(self, request: Request, topics: dict[str, TopicView], access: Access = ALLOW_ALL) -> bytes:
         names = self.wanted_topics(request)
         listed = []
-        for name in (sorted(topics) if names is None else names):
+        # a listing of every topic leaves out those the principal may not describe, as Kafka's does
+        for name in ([t for t in sorted(topics) if access.allowed(DESCRIBE, TOPIC, t)] if names is None else names):
             view = topics.get(name)
+            if names is not None and not access.may(DESCRIBE, TOPIC, name):
+                listed.append({"error_code": errors.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []})
+                continue
             if view is None or view.count == 0:
                 code = errors.INVALID_TOPIC_EXCEPTION if not valid_topic(name) else (
-                    errors.LEADER_NOT_AVAILABLE if view is not None or name in self._creating(request)
+                    errors.LEADER_NOT_AVAILABLE if view is not None or name in self._creating(request, access)
                     else errors.UNKNOWN_TOPIC_OR_PARTITION)
                 listed.append({"error_code": code, "name": name, "partitions": []})
                 continue
@@ -552,10 +592,11 @@ class Mapping:
                 "cluster_authorized_operations": -2147483648}
         return encode_body(METADATA, request.version, body)
 
-    def _creating(self, request: Request) -> set[str]:
-        return set(self.to_create(request, {}))
+    def _creating(self, request: Request, access: Access) -> set[str]:
+        return set(self.to_create(request, {}, access))
 
-    def list_offsets(self, request: Request, topics: dict[str, TopicView], held: Held | None = None) -> bytes:
+    def list_offsets(self, request: Request, topics: dict[str, TopicView], held: Held | None = None,
+                     access: Access = ALLOW_ALL) -> bytes:
         """Earliest, latest, and by timestamp from ``held`` (:class:`Seek`): the first record produced at or
         after the moment, as the producers and the stores' receive stamps tell it (-1 when every record is
         older; the partition's first kept when nobody can tell)."""
@@ -564,8 +605,13 @@ class Mapping:
         for topic in request.body["topics"]:
             view = topics.get(topic["name"])
             parts = []
+            allowed = access.may(DESCRIBE, TOPIC, topic["name"])
             for p in topic["partitions"]:
                 index, ts = p["partition_index"], p["timestamp"]
+                if not allowed:
+                    parts.append({"partition_index": index, "error_code": errors.TOPIC_AUTHORIZATION_FAILED,
+                                  "timestamp": -1, "offset": -1, "leader_epoch": -1})
+                    continue
                 if view is None or not 0 <= index < view.count:
                     parts.append({"partition_index": index, "error_code": errors.UNKNOWN_TOPIC_OR_PARTITION,
                                   "timestamp": -1, "offset": -1, "leader_epoch": -1})
@@ -587,7 +633,7 @@ class Mapping:
             out.append({"name": topic["name"], "partitions": parts})
         return encode_body(LIST_OFFSETS, request.version, {"throttle_time_ms": 0, "topics": out})
 
-    def produce(self, request: Request, topics: dict[str, TopicView]) -> Answer | Appends:
+    def produce(self, request: Request, topics: dict[str, TopicView], access: Access = ALLOW_ALL) -> Answer | Appends:
         body = request.body
         assert body is not None
         if body["transactional_id"] is not None:
@@ -598,9 +644,13 @@ class Mapping:
         result = Appends(request, acks, body["timeout_ms"], [])
         for topic in body["topic_data"]:
             view = topics.get(topic["name"])
+            allowed = access.may(WRITE, TOPIC, topic["name"])
             for part in topic["partition_data"]:
                 key = (topic["name"], part["index"])
                 result.order.append(key)
+                if not allowed:
+                    result.refused[key] = errors.TOPIC_AUTHORIZATION_FAILED
+                    continue
                 if view is None or not 0 <= part["index"] < view.count:
                     result.refused[key] = errors.UNKNOWN_TOPIC_OR_PARTITION
                     continue
@@ -646,15 +696,19 @@ class Mapping:
                 "responses": [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()]}
         return encode_body(PRODUCE, request.version, body)
 
-    def fetch(self, request: Request, topics: dict[str, TopicView]) -> Reads:
+    def fetch(self, request: Request, topics: dict[str, TopicView], access: Access = ALLOW_ALL) -> Reads:
         body = request.body
         assert body is not None
         reads = Reads(request, body["max_wait_ms"], body["min_bytes"], body.get("max_bytes") or 0x7FFFFFFF, [])
         for topic in body["topics"]:
             view = topics.get(topic["topic"])
+            allowed = access.may(READ, TOPIC, topic["topic"])
             for p in topic["partitions"]:
                 key = (topic["topic"], p["partition"])
                 reads.order.append(key)
+                if not allowed:
+                    reads.refused[key] = errors.TOPIC_AUTHORIZATION_FAILED
+                    continue
                 if view is None or not 0 <= p["partition"] < view.count:
                     reads.refused[key] = errors.UNKNOWN_TOPIC_OR_PARTITION
                     continue

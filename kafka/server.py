@@ -60,6 +60,7 @@ from .messages import (
     API_VERSIONS, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE, Request, encode_body, read_request, response_frame,
     unsupported_api_versions,
 )
+from .acl import ALLOW_ALL, ANONYMOUS, Access, Acl
 from .sasl import MAX_SASL_BYTES, MECHANISMS, SaslServer, Users
 from .fetch_buffer import PartitionBuffer, Row
 from .wire import DecodeError
@@ -92,6 +93,7 @@ class Counters:
     records_out: int = 0
     duplicates: int = 0  # idempotent producers' retries answered without a second append
     authentication_failed: int = 0  # connections closed for failing SASL
+    denied: int = 0  # topics and groups a request named that its principal may not use (kafka/acl.py)
 
 
 class _Reader:
@@ -169,9 +171,11 @@ class KafkaGateway:
                  advertise: tuple[str, int] | None = None, num_partitions: int = 1, auto_create: bool = True,
                  max_request_bytes: int = 100 * 1024 * 1024, initial_rebalance_delay: float = 3.0,
                  survey_interval: float = RESURVEY_SECONDS, tls: ssl.SSLContext | None = None,
-                 users: Users | None = None, sasl_mechanisms: tuple[str, ...] = MECHANISMS) -> None:
+                 users: Users | None = None, sasl_mechanisms: tuple[str, ...] = MECHANISMS,
+                 acl: Acl | None = None) -> None:
         """``tls``: serve Kafka over TLS with this server context (None: plaintext). ``users``: require SASL
-        (``sasl_mechanisms``) against these credentials (None: no authentication)."""
+        (``sasl_mechanisms``) against these credentials (None: no authentication). ``acl``: what each
+        principal may do (None: everything)."""
         self.config = config
         self.address, self.port = address, port
         self.advertise = advertise
@@ -183,6 +187,7 @@ class KafkaGateway:
         self.tls = tls
         self.users = users
         self.sasl_mechanisms = sasl_mechanisms if users is not None else ()
+        self.acl = acl
         self.mapping: Mapping | None = None
         self.counters = Counters()
         self.producers: dict[tuple[str, int], AsyncProducer[bytes]] = {}
@@ -588,6 +593,7 @@ class KafkaGateway:
         sender = asyncio.ensure_future(self._send_answers(answers, writer))
         sasl = SaslServer(self.users or {}, self.sasl_mechanisms)
         raw_tokens = False  # after a SaslHandshake v0: the tokens come as bare frames
+        access = Access(ANONYMOUS, self.acl)  # the SASL user's once authenticated
         try:
             while True:
                 try:
@@ -615,6 +621,8 @@ class KafkaGateway:
                     writer.write(_SIZE.pack(len(reply)) + reply)
                     await writer.drain()
                     raw_tokens = not sasl.authenticated
+                    if sasl.principal is not None:
+                        access = Access(sasl.principal, self.acl)
                     continue
                 try:
                     request = read_request(frame)
@@ -631,6 +639,8 @@ class KafkaGateway:
                     if failed is not None:
                         self._refused_login(peer, sasl, failed)
                         return
+                    if sasl.principal is not None:
+                        access = Access(sasl.principal, self.acl)
                     continue
                 if before_login and request.api_key != API_VERSIONS.key:
                     self.counters.authentication_failed += 1
@@ -638,7 +648,7 @@ class KafkaGateway:
                                 peer, request.api.name if request.api is not None else f"API {request.api_key}")
                     return
                 if request.api is PRODUCE and request.body is not None:
-                    await answers.put((request, asyncio.ensure_future(self._answer(request, fetches, peer))))
+                    await answers.put((request, asyncio.ensure_future(self._answer(request, fetches, access))))
                     continue
                 await answers.join()  # every earlier answer is out
                 if sender.done():
@@ -649,7 +659,7 @@ class KafkaGateway:
                     continue
                 if fetches is None and request.api_key == 1 and request.body is not None:
                     fetches = _Reader(self.config, self.foreign_heads)
-                body = await self._answer(request, fetches, peer)
+                body = await self._answer(request, fetches, access)
                 if body is not None:
                     writer.write(response_frame(request.api, request.version, request.correlation_id, body))
                     await writer.drain()
@@ -712,17 +722,19 @@ class KafkaGateway:
                 answers.get_nowait()[1].cancel()
                 answers.task_done()
 
-    async def _answer(self, request: Request, fetches: _Reader | None, peer: Any = None) -> bytes | None:
+    async def _answer(self, request: Request, fetches: _Reader | None, access: Access = ALLOW_ALL) -> bytes | None:
         mapping = self.mapping
         assert mapping is not None
         if request.body is None or request.api is None:
             return None if request.api is None else mapping.unsupported(request)
         names = mapping.wanted_topics(request)
-        views = await self._known(names, mapping.to_create(request, self.views))
+        views = await self._known(names, mapping.to_create(request, self.views, access))
         for group in mapping.groups_read(request):
             await self._load(group)
         token: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        outcome = mapping.handle(request, views, time.monotonic(), token)
+        denied = access.denied
+        outcome = mapping.handle(request, views, time.monotonic(), token, access)
+        self.counters.denied += access.denied - denied
         if isinstance(outcome, Answer):
             return outcome.body
         if isinstance(outcome, Appends):
@@ -742,7 +754,7 @@ class KafkaGateway:
             found = await asyncio.gather(*(loop.run_in_executor(None, self._held_at, topic, ms)
                                            for topic, ms in outcome.moments))
             held: Held = dict(zip(outcome.moments, found))
-            return mapping.list_offsets(request, views, held)
+            return mapping.list_offsets(request, views, held, access)
         assert isinstance(outcome, Reads) and fetches is not None
         return await self._fetch(outcome, views, fetches)
 

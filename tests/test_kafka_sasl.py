@@ -4,6 +4,7 @@ nothing and write nothing, and are counted; ``dafka kafka-user`` and its bad inp
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import subprocess
@@ -207,3 +208,69 @@ def test_kafka_user_manages_the_file_and_bad_input_names_itself(tmp_path):
                          "--sasl-mechanisms")):
         done = subprocess.run([script("dafka"), *args], input=b"pw\n", capture_output=True, timeout=30)
         assert done.returncode == 2 and named in done.stderr.decode(), (args, done.stderr.decode())
+
+
+CONFLUENT_GROUP = """
+import json, sys
+import confluent_kafka
+bootstrap, user, password, group, topic = sys.argv[1:6]
+c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "security.protocol": "sasl_plaintext",
+                              "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": user, "sasl.password": password,
+                              "group.id": group, "auto.offset.reset": "earliest"})
+c.subscribe([topic])
+got, failed = [], []
+for _ in range(40):
+    m = c.poll(0.5)
+    if m is None:
+        if got:
+            break
+        continue
+    if m.error() is not None:
+        failed.append(m.error().name())
+        break
+    got.append(m.value().decode())
+c.close()
+print(json.dumps({"got": got, "errors": failed}))
+"""
+
+
+def test_acls_limit_each_user_to_its_topics_and_groups(kafka_cluster, processes, tmp_path):
+    pytest.importorskip("confluent_kafka")
+    tower, _ = kafka_cluster
+    users = tmp_path / "users.json"
+    add_user(users, "alice", "pa")
+    add_user(users, "bob", "pb")
+    acl = tmp_path / "acl.txt"
+    acl.write_text("alice  read,write,create  topic  orders\n"
+                   "alice  write,create       topic  hidden\n"
+                   "alice  read               group  billing\n"
+                   "bob    read               topic  orders   # and describe, which read implies\n")
+    metrics = free_port()
+    _, bootstrap = start_gateway(processes, tower, tmp_path / "gw.log", "--sasl-users", str(users), "--acl", str(acl),
+                                 "--sasl-mechanisms", "SCRAM-SHA-512", "--metrics-port", str(metrics))
+    alice, bob = sasl("SCRAM-SHA-512", "alice", "pa"), sasl("SCRAM-SHA-512", "bob", "pb")
+    assert kcat("-b", bootstrap, *alice, "-P", "-t", "orders", data=b"o1\no2\n").returncode == 0
+    assert kcat("-b", bootstrap, *alice, "-P", "-t", "hidden", data=b"h1\n").returncode == 0
+    denied_before = metric(metrics, "dafka_kafka_denied_total")
+    refused = kcat("-b", bootstrap, *bob, "-P", "-t", "orders", data=b"bob\n", timeout=60)
+    assert refused.returncode != 0 and b"Topic authorization failed" in refused.stderr, refused.stderr
+    read = kcat("-b", bootstrap, *bob, "-C", "-t", "orders", "-e", "-f", "%s\n")
+    assert read.returncode == 0 and read.stdout == b"o1\no2\n", read.stderr
+    hidden = kcat("-b", bootstrap, *alice, "-C", "-t", "hidden", "-e", "-f", "%s\n")  # alice may write it, not read
+    assert hidden.returncode != 0 and b"authorization failed" in hidden.stderr.lower(), hidden.stderr
+    listed = kcat("-b", bootstrap, *bob, "-L", "-J")
+    assert [t["topic"] for t in json.loads(listed.stdout)["topics"]] == ["orders"], listed.stdout
+    # groups: alice reads in billing; bob may not join it
+    mine = run_client(CONFLUENT_GROUP, tmp_path, bootstrap, "alice", "pa", "billing", "orders")
+    assert mine == {"got": ["o1", "o2"], "errors": []}
+    theirs = run_client(CONFLUENT_GROUP, tmp_path, bootstrap, "bob", "pb", "billing", "orders")
+    assert theirs == {"got": [], "errors": ["GROUP_AUTHORIZATION_FAILED"]}
+    assert metric(metrics, "dafka_kafka_denied_total") >= denied_before + 3
+    read = kcat("-b", bootstrap, *alice, "-C", "-t", "orders", "-e", "-f", "%s\n")
+    assert read.stdout == b"o1\no2\n"  # bob wrote nothing
+    bad = subprocess.run([script("dafka"), "kafka", "--port", "0", "--acl", str(tmp_path / "missing.txt")],
+                         capture_output=True, timeout=30)
+    acl.write_text("bob fly topic orders\n")
+    worse = subprocess.run([script("dafka"), "kafka", "--port", "0", "--acl", str(acl)], capture_output=True, timeout=30)
+    assert bad.returncode == 2 and "--acl" in bad.stderr.decode() and "cannot read it" in bad.stderr.decode()
+    assert worse.returncode == 2 and "line 1: unknown operation 'fly'" in worse.stderr.decode(), worse.stderr
