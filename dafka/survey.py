@@ -179,7 +179,7 @@ class StatusPeer:
         self.data.beacon.start()
 
     def close(self) -> None:
-        self.data.beacon.stop()
+        self.data.close()  # the beacon, and the CURVE authenticator of this context (its thread holds a socket)
         for sock in self.subs.values():
             sock.close(0)
         self.xpub.close(0)

@@ -11,6 +11,7 @@ import click
 
 from dafka.cli.common import (
     CONTEXT_SETTINGS,
+    TowerWatch,
     common_options,
     load_config,
     run_or_exit,
@@ -171,6 +172,7 @@ def kafka(port: int, address: str, tls_cert: str | None, tls_key: str | None, tl
             log.warning("serving Kafka on %s over TLS without client certificates or SASL: anyone who reaches it "
                         "can read and write", address)
     stop = stop_event_on_signals()
+    watch = TowerWatch(lambda: gateway.tower_reached, config["beacon/pub_address"], tower_timeout_ms)
     collector = serve_metrics(metrics_port, metrics_address)
     gateway = KafkaGateway(config, address=address, port=port, advertise=advertise, num_partitions=num_partitions,
                            auto_create=not no_auto_create, max_request_bytes=max_request_bytes,
@@ -195,6 +197,7 @@ def kafka(port: int, address: str, tls_cert: str | None, tls_key: str | None, tl
         gc.set_threshold(GC_YOUNG, 10, 10)
         say(f"serving Kafka on {gateway.address}:{gateway.port}" + (" over TLS" if tls is not None else "")
             + (f" with SASL ({', '.join(sasl_mechanisms)})" if users is not None else ""))
+        watch.start()
         done = asyncio.Event()
         loop = asyncio.get_running_loop()
         stop.callbacks.append(lambda: loop.call_soon_threadsafe(done.set))  # type: ignore[attr-defined]
@@ -203,7 +206,10 @@ def kafka(port: int, address: str, tls_cert: str | None, tls_key: str | None, tl
         await done.wait()
         await gateway.close()
 
-    run_or_exit(lambda: asyncio.run(main()), "kafka gateway")
+    try:
+        run_or_exit(lambda: asyncio.run(main()), "kafka gateway")
+    finally:
+        watch.cancel()
     say(f"stopped: {gateway.counters.requests} requests, {gateway.counters.records_in} records in, "
         f"{gateway.counters.records_out} out")
 

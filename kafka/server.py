@@ -188,6 +188,7 @@ class KafkaGateway:
         self.users = users
         self.sasl_mechanisms = sasl_mechanisms if users is not None else ()
         self.acl = acl
+        self.tower_reached = False  # a survey reached the tower (the cluster is there)
         self.mapping: Mapping | None = None
         self.counters = Counters()
         self.producers: dict[tuple[str, int], AsyncProducer[bytes]] = {}
@@ -565,7 +566,9 @@ class KafkaGateway:
         peer = StatusPeer(self.config, topic, held_at_ms=held_at_ms)
         try:
             peer.start()
-            if not peer.wait_connected(self.config["beacon/timeout"] / 1000.0):
+            if peer.wait_connected(self.config["beacon/timeout"] / 1000.0):
+                self.tower_reached = True
+            else:
                 log.warning("survey of %s: no tower reached in %d ms", topic or "the cluster",
                             self.config["beacon/timeout"])
             peer.run(SURVEY_SECONDS)

@@ -85,3 +85,30 @@ def test_client_certificates_are_required_with_tls_client_ca_and_bad_flags_name_
                         (["--tls-cert", str(server[0]), "--tls-key", str(client[1])], "--tls-cert/--tls-key")):
         done = subprocess.run([script("dafka"), "kafka", "--port", "0", *args], capture_output=True, timeout=30)
         assert done.returncode == 2 and named in done.stderr.decode(), done.stderr.decode()
+
+
+def test_the_gateway_joins_a_curve_cluster_with_its_own_key_and_not_without_one(secure_tower, keys, processes,
+                                                                                tmp_path):
+    """The gateway's link to the cluster is a dafka peer's: CURVE when the cluster runs it (security/*)."""
+    from dafka.store import Store
+    from helpers import curve_settings, secure_config
+
+    store = Store(secure_config(secure_tower, keys, "bob"), db=str(tmp_path / "secure")).start()
+    try:
+        curve = [arg for key, value in curve_settings(keys, "alice").items() for arg in ("-X", f"{key}={value}")]
+        _, bootstrap = start_gateway(processes, secure_tower, tmp_path / "gw.log", *curve)
+        assert kcat("-b", bootstrap, "-P", "-t", "curved", data=b"c1\nc2\n").returncode == 0
+        read = kcat("-b", bootstrap, "-C", "-t", "curved", "-e", "-f", "%s\n")
+        assert read.stdout == b"c1\nc2\n", read.stderr
+        # mallory's key is not authorized: her gateway hears no tower and says so, and a client writes nothing
+        stranger = [arg for key, value in curve_settings(keys, "mallory").items() for arg in ("-X", f"{key}={value}")]
+        log = tmp_path / "mallory.log"
+        _, elsewhere = start_gateway(processes, secure_tower, log, "--tower-timeout-ms", "2000", *stranger)
+        refused = kcat("-b", elsewhere, "-m", "5", "-X", "message.timeout.ms=5000", "-P", "-t", "curved",
+                       data=b"mallory\n", timeout=60)
+        assert refused.returncode != 0
+        assert "no tower answers at" in log.read_text()
+        read = kcat("-b", bootstrap, "-C", "-t", "curved", "-e", "-f", "%s\n")
+        assert read.stdout == b"c1\nc2\n", read.stderr
+    finally:
+        store.stop()
