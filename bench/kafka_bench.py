@@ -12,7 +12,10 @@ Per record size, on one cluster (a tower, a store process):
   difference (p50, p99, after the first second); once at librdkafka's default
   ``linger.ms`` (5 ms), once at 0 (a Produce request a record);
 * **rebalance**: three confluent-kafka members of a group, stable; one
-  leaves, and the time until both others have their new assignment.
+  leaves, and the time until both others have their new assignment;
+* **secured**: produce and fetch again through a second gateway over TLS
+  with SASL/SCRAM-SHA-512 (a self-signed certificate made by openssl), the
+  ratio to the plain gateway's rates of the same run.
 
 Each rate is printed beside the same run's raw pyzmq ceiling and the native
 rate, as ratios, with the CPU per record of the gateway and of the client,
@@ -45,8 +48,9 @@ PRODUCE = """
 import json, os, sys, time
 import confluent_kafka
 bootstrap, topic, n, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+security = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
 failed = []
-p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+p = confluent_kafka.Producer({**security, "bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                               "enable.idempotence": True, "queue.buffering.max.messages": 1000000,
                               # a report for each failed record alone: no Python call a record delivered
                               "delivery.report.only.error": True, "on_delivery": lambda e, m: failed.append(str(e))})
@@ -74,7 +78,8 @@ CONSUME = """
 import json, sys, time
 import confluent_kafka
 bootstrap, topic, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+security = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+c = confluent_kafka.Consumer({**security, "bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
                               "fetch.max.bytes": 52428800})
 c.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
 got, first, last, cpu, deadline = 0, None, None, time.process_time(), time.monotonic() + 120
@@ -191,7 +196,7 @@ def _client(code: str, cwd: str, *args: object) -> dict:
 class Gateway:
     """`dafka kafka --port 0` on a run.py Cluster's tower, with its CPU and RSS."""
 
-    def __init__(self, run: ModuleType, cluster, log: Path, partitions: int = 1) -> None:
+    def __init__(self, run: ModuleType, cluster, log: Path, partitions: int = 1, *args: str) -> None:
         dafka = shutil.which("dafka", path=os.path.dirname(sys.executable)) or shutil.which("dafka")
         if dafka is None:
             raise RuntimeError("the dafka command is not installed: pip install .")
@@ -199,7 +204,8 @@ class Gateway:
         self.log = log
         with open(log, "w") as out:
             self.proc = subprocess.Popen([dafka, "kafka", "--port", "0", "--num-partitions", str(partitions),
-                                          "--sub", cluster.tower.sub_endpoint, "--pub", cluster.tower.pub_endpoint],
+                                          "--sub", cluster.tower.sub_endpoint, "--pub", cluster.tower.pub_endpoint,
+                                          *args],
                                          stdout=out, stderr=out)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -231,6 +237,45 @@ class Gateway:
             self.proc.wait()
 
 
+def _through(gateway: Gateway, topic: str, records: int, size: int, work: str,
+             security: dict | None = None) -> tuple[dict, dict]:
+    """confluent-kafka producing ``records`` to ``topic`` through ``gateway``, then reading them from 0: the
+    rates, and the CPU a record of the client and of the gateway. The topic is made and its producer resumed
+    first, so that the gateway's CPU is the records' alone."""
+    extra = (json.dumps(security),) if security else ()
+    _client(PRODUCE, work, gateway.bootstrap, topic, WARM_RECORDS, size, *extra)
+    before = gateway.cpu()
+    produced = _client(PRODUCE, work, gateway.bootstrap, topic, records, size, *extra)
+    produce = {"rate": records / produced["seconds"], "client_cpu_us": produced["cpu_us"],
+               "gateway_cpu_us": (gateway.cpu() - before) / records * 1e6, "failed": produced["failed"] + produced["left"]}
+    before = gateway.cpu()
+    consumed = _client(CONSUME, work, gateway.bootstrap, topic, records + 2 + WARM_RECORDS, *extra)
+    consume = {"rate": consumed["received"] / consumed["seconds"] if consumed["seconds"] else 0.0,
+               "received": consumed["received"], "client_cpu_us": consumed["cpu_us"],
+               "gateway_cpu_us": (gateway.cpu() - before) / max(consumed["received"], 1) * 1e6}
+    return produce, consume
+
+
+def _secured_gateway(run: ModuleType, cluster, work: Path) -> tuple[Gateway, dict] | str:
+    """A gateway over TLS with SASL/SCRAM-SHA-512 (a self-signed certificate made by openssl, one user),
+    and the client settings that reach it; or why there is none."""
+    if shutil.which("openssl") is None:
+        return "no openssl to make a certificate"
+    cert, key, users = work / "gateway.pem", work / "gateway.key", work / "users.json"
+    made = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                           "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key),
+                           "-out", str(cert)], capture_output=True, timeout=60)
+    if made.returncode != 0:
+        return f"openssl could not make a certificate: {made.stderr.decode(errors='replace')[-200:]}"
+    dafka = shutil.which("dafka", path=os.path.dirname(sys.executable)) or shutil.which("dafka") or "dafka"
+    subprocess.run([dafka, "kafka-user", "add", "bench", "--file", str(users), "--password-stdin"],
+                   input=b"bench-password\n", capture_output=True, timeout=60, check=True)
+    gateway = Gateway(run, cluster, work / "gateway-tls.log", 1, "--tls-cert", str(cert), "--tls-key", str(key),
+                      "--sasl-users", str(users), "--sasl-mechanisms", "SCRAM-SHA-512")
+    return gateway, {"security.protocol": "sasl_ssl", "ssl.ca.location": str(cert), "sasl.mechanisms": "SCRAM-SHA-512",
+                     "sasl.username": "bench", "sasl.password": "bench-password"}
+
+
 def run_size(run: ModuleType, records: int, size: int, rate: int, latency_seconds: float, out: dict) -> dict:
     """Fills ``out`` as it goes: a part that fails leaves the others' figures."""
     out.update(size=size, records=records)
@@ -248,19 +293,7 @@ def run_size(run: ModuleType, records: int, size: int, rate: int, latency_second
                                         "--reset", "earliest"))
         out["native_catchup"] = {"rate": run.rate_of(r), "cpu_us": r.get("cpu_us")}
         gateway = Gateway(run, cluster, Path(work) / "gateway.log")
-        topic = f"bench-{size}"
-        # the topic made and its producer resumed first: the gateway's CPU a record is the records' alone
-        _client(PRODUCE, work, gateway.bootstrap, topic, WARM_RECORDS, size)
-        before = gateway.cpu()
-        produced = _client(PRODUCE, work, gateway.bootstrap, topic, records, size)
-        out["kafka_produce"] = {"rate": records / produced["seconds"], "client_cpu_us": produced["cpu_us"],
-                                "gateway_cpu_us": (gateway.cpu() - before) / records * 1e6,
-                                "failed": produced["failed"] + produced["left"]}
-        before = gateway.cpu()
-        consumed = _client(CONSUME, work, gateway.bootstrap, topic, records + 2 + WARM_RECORDS)
-        out["kafka_consume"] = {"rate": consumed["received"] / consumed["seconds"] if consumed["seconds"] else 0.0,
-                                "received": consumed["received"], "client_cpu_us": consumed["cpu_us"],
-                                "gateway_cpu_us": (gateway.cpu() - before) / max(consumed["received"], 1) * 1e6}
+        out["kafka_produce"], out["kafka_consume"] = _through(gateway, f"bench-{size}", records, size, work)
         out["gateway_rss_mib"] = gateway.rss.peak
         if latency_seconds > 0 and size == 100:
             # librdkafka's default linger.ms (5 ms since 1.5, as the Java client's since 4.0), then 0: a Produce
@@ -272,6 +305,15 @@ def run_size(run: ModuleType, records: int, size: int, rate: int, latency_second
             gateway.close()
             gateway = Gateway(run, cluster, Path(work) / "gateway-6.log", partitions=6)
             out["rebalance"] = _client(REBALANCE, work, gateway.bootstrap, "bench-rebalance")
+        gateway.close()
+        gateway = None
+        secured = _secured_gateway(run, cluster, Path(work))
+        if isinstance(secured, str):
+            out["secured"] = {"skipped": secured}
+        else:
+            gateway, security = secured
+            produce, consume = _through(gateway, f"bench-tls-{size}", records, size, work, security)
+            out["secured"] = {"produce": produce, "consume": consume}
         cluster.stop_store(store)
         return out
     finally:
@@ -306,6 +348,17 @@ def report(results: list[dict]) -> list[str]:
                          f"gateway {kc['gateway_cpu_us']:.2f} us, client {kc['client_cpu_us']:.2f} us"
                          + ("" if kc["received"] >= r["records"] else f", ONLY {kc['received']:,} RECEIVED")))
         lines.append(f"  {r['size']:>5} B  gateway peak RSS {r['gateway_rss_mib']:.0f} MiB; raw ceiling {ceiling:,.0f}/s")
+        sec = r.get("secured", {})
+        if "skipped" in sec:
+            lines.append(f"  {r['size']:>5} B  over TLS with SASL/SCRAM: skipped ({sec['skipped']})")
+        elif "consume" in sec:
+            sp, sc = sec["produce"], sec["consume"]
+            lines.append(row("kafka producer, TLS + SCRAM", sp["rate"], np_["rate"],
+                             f"{sp['rate'] / kp['rate']:.2f}x plain; gateway {sp['gateway_cpu_us']:.2f} us, "
+                             f"client {sp['client_cpu_us']:.2f} us"))
+            lines.append(row("kafka consumer, TLS + SCRAM", sc["rate"], nc["rate"],
+                             f"{sc['rate'] / kc['rate'] if kc['rate'] else 0:.2f}x plain; gateway "
+                             f"{sc['gateway_cpu_us']:.2f} us, client {sc['client_cpu_us']:.2f} us"))
         for name, linger in (("latency", "librdkafka's default linger.ms"), ("latency_linger_0", "linger.ms 0")):
             if name in r:
                 lat = r[name]
