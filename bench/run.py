@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import zmq
@@ -1464,6 +1465,24 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                                  "pyzmq": zmq.__version__, "libzmq": zmq.zmq_version()},
                      "records": a.records, "runs": {}}
+    try:
+        run_everything(a, skip, results)
+    finally:  # what was measured is kept, whatever happened to the rest
+        if a.json:
+            Path(a.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def survived(name: str, scenario: Callable[[], dict]) -> dict:
+    """A scenario of the full run: one that fails says why (its ``error``), and the run goes on."""
+    try:
+        return scenario()
+    except Exception as exc:  # (a benchmark reports a failure, it does not end the run's other figures)
+        print(f"\n== {name}: FAILED ({type(exc).__name__}: {exc}); the run goes on ==", flush=True)
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def run_everything(a: argparse.Namespace, skip: set[str], results: dict) -> None:
     sizes = [int(s) for s in a.sizes.split(",")]
     for size in sizes:
         run: dict = {}
@@ -1517,31 +1536,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"did not finish: {results['idle']['error']}")
         for role, r in results["idle"].get("roles", {}).items():
             print(f"{role:<44} CPU {r['cpu_percent']:.3f} %, {r['wakeups_per_s']:.1f} wake-ups/s")
-    results["first_record_live"] = scenario_first_record_live()
-    print(f"consumer start to first record, live producer: {results['first_record_live']['first_record_ms']:.1f} ms")
-    if "cdc" not in skip:
-        results["cdc"] = scenario_cdc(a.cdc_records, a.bootstrap_rows, a.cdc_latency_seconds)
-    if "mirror" not in skip and "store" not in skip and store_available():
-        results["mirror"] = scenario_mirror(a)
-    if "burst" not in skip and "store" not in skip and store_available():
-        results["burst"] = scenario_store_burst(a.burst_records, a.burst_set)
-    if "scale" not in skip:
-        results["scale"] = scenario_scale(a)
-    if "shards" not in skip and "store" not in skip and store_available():
-        results["shards"] = scenario_shards(a)
-    if "ui" not in skip and "store" not in skip and store_available():
-        results["ui"] = scenario_ui(a)
-    if "compaction" not in skip and "store" not in skip and store_available():
-        results["compaction"] = scenario_compaction(a)
-    if "kafka" not in skip and "store" not in skip and store_available():
-        results["kafka"] = scenario_kafka(a)
+    results["first_record_live"] = survived("first record", scenario_first_record_live)
+    if "first_record_ms" in results["first_record_live"]:
+        print(f"consumer start to first record, live producer: "
+              f"{results['first_record_live']['first_record_ms']:.1f} ms")
+    stored = "store" not in skip and store_available()
+    for name, wanted, scenario in (
+            ("cdc", True, lambda: scenario_cdc(a.cdc_records, a.bootstrap_rows, a.cdc_latency_seconds)),
+            ("mirror", stored, lambda: scenario_mirror(a)),
+            ("burst", stored, lambda: scenario_store_burst(a.burst_records, a.burst_set)),
+            ("scale", True, lambda: scenario_scale(a)),
+            ("shards", stored, lambda: scenario_shards(a)),
+            ("ui", stored, lambda: scenario_ui(a)),
+            ("compaction", stored, lambda: scenario_compaction(a)),
+            ("kafka", stored, lambda: scenario_kafka(a))):
+        if name not in skip and wanted:
+            results[name] = survived(name, scenario)
     if "hold" not in skip:
-        results["hold"] = scenario_hold_unacked(a.hold_records)
-        h = results["hold"]
-        print(f"producer holding {h['buffered']:,} unacked 100-byte records: peak RSS {h['rss_mib']:.0f} MiB")
-    if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=2))
-    return 0
+        results["hold"] = h = survived("hold", lambda: scenario_hold_unacked(a.hold_records))
+        if "buffered" in h:
+            print(f"producer holding {h['buffered']:,} unacked 100-byte records: peak RSS {h['rss_mib']:.0f} MiB")
 
 
 def print_bulk(b: dict, ceiling_rate: float) -> None:

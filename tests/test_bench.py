@@ -19,7 +19,7 @@ TINY = ["--records", "2000", "--catchup-records", "2000", "--hold-records", "200
         "--cdc-records", "2000", "--bootstrap-rows", "2000", "--cdc-latency-seconds", "1", "--mirror-lag-seconds", "1",
         "--burst-records", "2000", "--scale-peers", "30", "--scale-seconds", "1", "--idle-seconds", "2",
         "--partitions", "1,8", "--compaction-records", "2000", "--compaction-keys", "100",
-        "--shard-records", "2000", "--shard-stores", "1,2"]
+        "--shard-records", "2000", "--shard-stores", "1,2", "--kafka-records", "2000", "--kafka-latency-seconds", "1"]
 
 
 def bench(processes, tmp_path, *args: str) -> tuple[dict, str]:
@@ -67,6 +67,10 @@ def test_benchmark_runs_and_reports_every_scenario(processes, tmp_path):
         assert len(group["shares"]) == int(members) and all(0 <= n <= 8 for n in group["shares"]), group
     for process, cpu in run["direct"]["cpu_us"].items():
         assert cpu is not None and cpu > 0, process
+    kafka, = results["kafka"]["kafka"]  # one size: through the gateway, plain and over TLS with SCRAM
+    assert kafka["kafka_produce"]["failed"] == 0 and kafka["kafka_consume"]["received"] >= 2000, kafka
+    assert kafka["secured"]["consume"]["received"] >= 2000 and kafka["secured"]["produce"]["failed"] == 0, kafka
+    assert kafka["latency"]["received"] == kafka["latency"]["sent"] and kafka["latency_linger_0"]["p99_ms"] > 0
 
 
 @pytest.mark.slow
@@ -179,3 +183,18 @@ def test_spark_cpu_split_finds_who_spent_it():
     assert split[store.pid][0] == "store" and split[store.pid][1] >= 0.25
     assert split[spawner_proc.pid][0] == split[idle.pid][0] == "other"
     assert len(workers) == 1 and workers[0] >= 0.25, split
+
+
+def test_a_scenario_that_fails_says_why_and_the_run_keeps_the_rest(capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_run", BENCH)
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+
+    def broken() -> dict:
+        raise ModuleNotFoundError("No module named 'pytest'")
+
+    assert run.survived("mirror", broken) == {"error": "ModuleNotFoundError: No module named 'pytest'"}
+    assert "mirror: FAILED (ModuleNotFoundError: No module named 'pytest'); the run goes on" in capsys.readouterr().out
+    assert run.survived("ok", lambda: {"rate": 1}) == {"rate": 1}
