@@ -965,9 +965,11 @@ def scenario_groups(members: int, partitions: int, total: int, size: int) -> dic
         for proc in procs:
             proc.stdout.readline()
         time.sleep(1.0)  # the members see each other and settle (join_wait 200 ms)
-        # Each member is two peers (its consumer and its commits' producer); producers see them all.
+        # The producers see each other, the store's writer and reader, and each member's consumer (its
+        # commits' producer starts with its first commit): they send once they see them all. (Counting two
+        # peers a member, the producers waited out their 60 s at every member count.)
         producers = [c.spawn("producer", "--records", str(each), "--size", str(size), "--min-acks", "1",
-                             "--warmup", "1", "--wait-peers", str(partitions + 1 + 2 * members))
+                             "--warmup", "1", "--wait-peers", str(partitions + 1 + members))
                      for _ in range(partitions)]
         ps = [result_of(p) for p in producers]
 
