@@ -132,8 +132,8 @@ class SaslServer:
         self.principal: str | None = None  # the user, once authenticated
         self.failed = False
         self._nonce = nonce
-        self._scram: tuple[str, str, str, ScramCredential] | None = None  # nonce, first bare, server first, cred
-        self._user = ""
+        # the exchange so far: user, nonce, client-first-bare, server-first, the user's credential
+        self._scram: tuple[str, str, str, str, ScramCredential] | None = None
 
     @property
     def authenticated(self) -> bool:
@@ -200,13 +200,12 @@ class SaslServer:
             return self._fail(errors.SASL_AUTHENTICATION_FAILED, FAILED)
         nonce = client_nonce + self._nonce()
         server_first = f"r={nonce},s={_b64(credential.salt)},i={credential.iterations}"
-        self._scram = (nonce, bare, server_first, credential)
-        self._user = user
+        self._scram = (user, nonce, bare, server_first, credential)
         return 0, None, server_first.encode()
 
     def _scram_final(self, token: bytes) -> tuple[int, str | None, bytes]:
         assert self._scram is not None and self.mechanism is not None
-        nonce, first_bare, server_first, credential = self._scram
+        user, nonce, first_bare, server_first, credential = self._scram
         text = token.decode("utf-8")
         without_proof, sep, proof = text.rpartition(",p=")
         if not sep:
@@ -226,7 +225,7 @@ class SaslServer:
         client_key = bytes(a ^ b for a, b in zip(client_proof, client_signature))
         if not hmac.compare_digest(_hash(self.mechanism, client_key), credential.stored_key):
             return self._fail(errors.SASL_AUTHENTICATION_FAILED, FAILED)
-        self.principal = self._user
+        self.principal = user
         server_signature = _hmac(self.mechanism, credential.server_key, auth_message)
         return 0, None, f"v={_b64(server_signature)}".encode()
 
