@@ -119,7 +119,6 @@ def _closed(sock: socket.socket) -> bool:
 
 
 def test_scram_and_plain_with_every_client_and_the_refused_get_and_write_nothing(kafka_cluster, processes, tmp_path):
-    pytest.importorskip("confluent_kafka")
     tower, _ = kafka_cluster
     users = tmp_path / "users.json"
     add_user(users, "alice", "s3cret-alice")
@@ -235,7 +234,6 @@ print(json.dumps({"got": got, "errors": failed}))
 
 
 def test_acls_limit_each_user_to_its_topics_and_groups(kafka_cluster, processes, tmp_path):
-    pytest.importorskip("confluent_kafka")
     tower, _ = kafka_cluster
     users = tmp_path / "users.json"
     add_user(users, "alice", "pa")
