@@ -228,7 +228,7 @@ class Consumer(Generic[V]):
         """The next record, or None after ``timeout`` seconds (None: wait forever)."""
         with self._lock:
             ready = self._state.ready
-            if not ready or self._closed or self._journal is not None:
+            if not ready or self._closed or self._journal is not None or self._group is not None:
                 ready = self._wait_ready(timeout)
                 if not ready:
                     return None
@@ -279,7 +279,7 @@ class Consumer(Generic[V]):
         if self._journal is not None:
             self._commit_last()
         if self._group is not None:
-            self._group.commit_if_due()
+            self._group.before_read()
         return self._state.ready
 
     def _serve(self, timeout: float | None) -> int:

@@ -177,6 +177,17 @@ class Membership:
             self._producer.send(encode_commits(self.state.address, dict(self.state.committed), snapshot=True))
         return moved
 
+    def before_read(self) -> None:
+        """At every read, before a record is handed out: after a stall longer than the
+        group's timeout (SIGSTOP, a starved process) the others own our partitions, so
+        find that out first, which drops their records waiting in the ready queue (handed
+        out, they would come twice: tests/test_groups.py's stopped member).  Then commit
+        if due."""
+        if time.monotonic() - self.state.last_tick > self.state.timeout:
+            self.settle()
+        else:
+            self.commit_if_due()
+
     def commit_if_due(self) -> None:
         now = time.monotonic()
         if self.auto_commit and now >= self.commit_due:
