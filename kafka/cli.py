@@ -94,6 +94,9 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
                    "read,write topic orders'); whatever no line allows is denied. docs/kafka.md has the format.")
 @click.option("--advertise", callback=_host_port, metavar="HOST:PORT",
               help="What Metadata tells clients to connect to (default: --address and --port).")
+@click.option("--node-id", type=click.IntRange(min=0, max=2 ** 31 - 1), default=1, show_default=True, metavar="N",
+              help="This gateway's broker id (Kafka's node.id). Several gateways of one cluster find each other "
+                   "and share the partitions and groups: give each its own id; one already live stops the second.")
 @click.option("--num-partitions", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
               help="Partitions of a topic created by its first produce or Metadata (Kafka's num.partitions).")
 @click.option("--no-auto-create", is_flag=True,
@@ -114,7 +117,7 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
                 metrics=True)
 def kafka(port: int, address: str, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None,
           sasl_users: str | None, sasl_mechanisms: tuple[str, ...], acl_path: str | None,
-          advertise: tuple[str, int] | None, num_partitions: int, no_auto_create: bool,
+          advertise: tuple[str, int] | None, node_id: int, num_partitions: int, no_auto_create: bool,
           max_request_bytes: int, initial_rebalance_delay_ms: int, survey_interval_ms: int,
           config_path: str | None, pub: str | None,
           sub: str | None, sets: list[tuple[str, str]],
@@ -131,12 +134,17 @@ def kafka(port: int, address: str, tls_cert: str | None, tls_key: str | None, tl
     the cluster: Kafka consumers read them, Kafka producers cannot write
     their topic. docs/kafka.md has the mapping and what each client can do.
 
+    Several gateways (each its own --node-id) serve one cluster: clients
+    bootstrap with them all, each partition and group is led by one live
+    gateway, and the others take over what a lost one led.
+
     \b
     Examples:
       dafka kafka --pub tcp://127.0.0.1:5557 --sub tcp://127.0.0.1:5556
       kcat -b 127.0.0.1:9092 -L
       echo hello | kcat -b 127.0.0.1:9092 -P -t greetings
       kcat -b 127.0.0.1:9092 -C -t greetings -e
+      dafka kafka --port 9093 --node-id 2 --pub ... --sub ...   (a second one)
     """
     from .server import KafkaGateway
 
@@ -178,7 +186,7 @@ def kafka(port: int, address: str, tls_cert: str | None, tls_key: str | None, tl
                            auto_create=not no_auto_create, max_request_bytes=max_request_bytes,
                            initial_rebalance_delay=initial_rebalance_delay_ms / 1000.0,
                            survey_interval=survey_interval_ms / 1000.0, tls=tls, users=users,
-                           sasl_mechanisms=sasl_mechanisms, acl=acl)
+                           sasl_mechanisms=sasl_mechanisms, acl=acl, node_id=node_id)
 
     async def main() -> None:
         try:
@@ -203,8 +211,11 @@ def kafka(port: int, address: str, tls_cert: str | None, tls_key: str | None, tl
         stop.callbacks.append(lambda: loop.call_soon_threadsafe(done.set))  # type: ignore[attr-defined]
         if stop.is_set():
             done.set()
-        await done.wait()
+        failed = asyncio.ensure_future(gateway.failed.wait())
+        await asyncio.wait([asyncio.ensure_future(done.wait()), failed], return_when=asyncio.FIRST_COMPLETED)
         await gateway.close()
+        if gateway.failure is not None:
+            raise click.ClickException(gateway.failure)
 
     try:
         run_or_exit(lambda: asyncio.run(main()), "kafka gateway")

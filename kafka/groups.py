@@ -324,6 +324,15 @@ class Coordinator:
             return errors.REBALANCE_IN_PROGRESS
         return 0
 
+    def hand_over(self, group_id: str) -> list[Reply]:
+        """Forget a group another gateway coordinates now: its members' waiting joins and syncs get
+        NOT_COORDINATOR, on which a client looks its coordinator up again and joins there."""
+        group = self.groups.pop(group_id, None)
+        replies: list[Reply] = []
+        for member in group.members.values() if group is not None else ():
+            replies += self._fail_pending(member, errors.NOT_COORDINATOR)
+        return replies
+
     def delete(self, group_id: str) -> int:
         group = self.groups.get(group_id)
         if group is not None and group.members:

@@ -29,6 +29,7 @@ from . import errors
 
 CACHED = 5  # batches remembered per producer and partition (Kafka's, and the clients' in-flight limit)
 SEQUENCE_WRAP = 2 ** 31
+ID_NODES = 256  # gateways whose node ids differ modulo this never give one producer id
 
 
 @dataclass
@@ -81,10 +82,11 @@ def decode_entry(value: bytes) -> BatchEntry:
 
 
 class Sequences:
-    def __init__(self) -> None:
+    def __init__(self, node_id: int = 0) -> None:
         self.partitions: dict[tuple[str, int], dict[int, ProducerEntry]] = {}
-        # Producer ids unique across restarts without a record of them: the clock's ms, then a counter.
-        self._ids = itertools.count(int(time.time() * 1000) << 12)
+        # Producer ids unique across restarts and gateways without a record of them: the clock's ms, then a
+        # counter in steps of ID_NODES whose remainder is the node's (< 2**63 until the year 2248).
+        self._ids = itertools.count((int(time.time() * 1000) << 12) * ID_NODES + node_id % ID_NODES, ID_NODES)
 
     def new_id(self) -> int:
         return next(self._ids)

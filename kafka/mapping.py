@@ -20,8 +20,11 @@ How Kafka's names map to dafka's (docs/kafka.md):
   :mod:`~.numbering` keeps; a Kafka producer cannot write their topic
   (:func:`read_only_topic`);
 * offsets are dafka offsets, keys dafka keys (rfc 18);
-* one node (``NODE_ID``) leads every partition, with leader epoch 0, and the
-  last stable offset is the high watermark (no transactions).
+* the live gateways are the brokers (:mod:`~.gateways`); each gateway
+  partition and each group has one of them for leader and coordinator, with
+  leader epoch 0; a Produce, or a group's request, to another gets
+  ``NOT_LEADER_OR_FOLLOWER`` or ``NOT_COORDINATOR``; any gateway serves any
+  Fetch; the last stable offset is the high watermark (no transactions).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from dafka.peer import partition_address
 from . import batches, errors
 from .acl import ALLOW_ALL, CREATE, DELETE, DESCRIBE, GROUP, READ, TOPIC, WRITE, Access
 from .batches import Batch
+from .gateways import Gateways, Node, group_key, partition_key
 from .groups import Coordinator
 from .idempotence import Sequences
 from .messages import (
@@ -46,7 +50,7 @@ from .messages import (
 )
 from .wire import DecodeError
 
-NODE_ID = 1
+NODE_ID = 1  # a gateway's node id unless --node-id says otherwise
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 
@@ -81,6 +85,7 @@ class TopicView:
     tails: list[int] = field(default_factory=list)
     addresses: list[str | None] = field(default_factory=list)  # empty: every partition is the gateways'
     writable: int = -1  # -1: every partition
+    unsure: set[int] = field(default_factory=set)  # partitions whose head this gateway only heard of (it leads none)
 
     @property
     def count(self) -> int:
@@ -196,13 +201,16 @@ MAX_CREATE_PARTITIONS = 1024  # partitions a CreateTopics may ask for a topic (e
 class Mapping:
     def __init__(self, host: str, port: int, *, cluster_id: str = "dafka", auto_create: bool = True,
                  num_partitions: int = 1, max_request_records_bytes: int = 1024 * 1024,
-                 topic_configs: dict[str, str] | None = None, initial_rebalance_delay: float = 0.0) -> None:
+                 topic_configs: dict[str, str] | None = None, initial_rebalance_delay: float = 0.0,
+                 gateways: Gateways | None = None) -> None:
+        """``gateways``: the live gateways (None: this one alone, node :data:`NODE_ID` at ``host:port``)."""
         self.host, self.port, self.cluster_id = host, port, cluster_id
+        self.gateways = gateways or Gateways(Node(NODE_ID, host, port))
         self.auto_create, self.num_partitions = auto_create, num_partitions
         self.max_record_bytes = max_request_records_bytes
         self.topic_configs = topic_configs or {}
         self.coordinator = Coordinator(initial_rebalance_delay)
-        self.sequences = Sequences()
+        self.sequences = Sequences(self.gateways.me.node_id)
         # group -> (topic, index) -> (next offset, metadata): what OffsetFetch answers (the server loads a
         # group's from the cluster before its first request, :meth:`needs_offsets`)
         self.offsets: dict[str, dict[tuple[str, int], tuple[int, str | None]]] = {}
@@ -236,17 +244,19 @@ class Mapping:
             return self.fetch(request, topics, access)
         if api is FIND_COORDINATOR:
             denied = body.get("key_type", 0) == 0 and not access.may(DESCRIBE, GROUP, body["key"])
+            node = self.gateways.leader(group_key(body["key"]))
             return Answer(request, encode_body(api, request.version, {
                 "throttle_time_ms": 0, "error_code": errors.GROUP_AUTHORIZATION_FAILED if denied else 0,
-                "error_message": None, "node_id": -1 if denied else NODE_ID, "host": "" if denied else self.host,
-                "port": -1 if denied else self.port}))
+                "error_message": None, "node_id": -1 if denied else node.node_id, "host": "" if denied else node.host,
+                "port": -1 if denied else node.port}))
         if api is INIT_PRODUCER_ID:
             return Answer(request, self.init_producer_id(request, access))
         if api in (JOIN_GROUP, SYNC_GROUP, LEAVE_GROUP, HEARTBEAT):
-            if not access.may(READ, GROUP, body["group_id"]):
+            code = errors.GROUP_AUTHORIZATION_FAILED if not access.may(READ, GROUP, body["group_id"]) else \
+                errors.NOT_COORDINATOR if not self.coordinates(body["group_id"]) else 0
+            if code:
                 return Replies([(token, encode_body(api, request.version, {
-                    "error_code": errors.GROUP_AUTHORIZATION_FAILED, "generation_id": -1,
-                    "member_id": body.get("member_id") or ""}))])
+                    "error_code": code, "generation_id": -1, "member_id": body.get("member_id") or ""}))])
             return self.group_request(request, now, token)
         if api is OFFSET_COMMIT:
             return self.offset_commit(request, topics, now, access)
@@ -263,8 +273,9 @@ class Mapping:
         if api is DESCRIBE_GROUPS:
             return Answer(request, self.describe_groups(request, access))
         if api is DELETE_GROUPS:
-            codes = {name: self.coordinator.delete(name) if access.may(DELETE, GROUP, name)
-                     else errors.GROUP_AUTHORIZATION_FAILED for name in body["groups_names"]}
+            codes = {name: errors.GROUP_AUTHORIZATION_FAILED if not access.may(DELETE, GROUP, name)
+                     else errors.NOT_COORDINATOR if not self.coordinates(name) else self.coordinator.delete(name)
+                     for name in body["groups_names"]}
             return Commit(request, "", {}, {}, forget=[name for name, code in codes.items() if code == 0],
                           group_codes=codes)
         if api is CREATE_TOPICS:
@@ -276,6 +287,14 @@ class Mapping:
                                   "removes their records"} for name in body["topic_names"]]}))
         assert api is DESCRIBE_CONFIGS
         return Answer(request, self.describe_configs(request, topics, access))
+
+    def coordinates(self, group: str) -> bool:
+        """Whether this gateway is ``group``'s coordinator."""
+        return self.gateways.leads(group_key(group))
+
+    def leads(self, topic: str, index: int) -> bool:
+        """Whether this gateway writes Kafka partition ``index`` of ``topic``."""
+        return self.gateways.leads(partition_key(topic, index))
 
     # -- producer ids ---------------------------------------------------------------------
 
@@ -343,6 +362,12 @@ class Mapping:
                 out.append((token, encode_body(request.api, request.version, fields)))
         return out
 
+    def hand_over(self, group: str) -> Replies:
+        """A group this gateway no longer coordinates: its state dropped (the new coordinator reads its
+        commits back), its waiting requests answered with NOT_COORDINATOR."""
+        self.offsets.pop(group, None)
+        return Replies(self._encoded(self.coordinator.hand_over(group)))
+
     def forget_request(self, token: Hashable) -> None:
         """A waiting request whose connection closed."""
         self._waiting.pop(token, None)
@@ -352,8 +377,9 @@ class Mapping:
         body = request.body
         assert body is not None
         group = body["group_id"]
-        code = self.coordinator.check_commit(group, body["generation_id"], body["member_id"], now) \
-            if access.may(READ, GROUP, group) else errors.GROUP_AUTHORIZATION_FAILED
+        code = errors.GROUP_AUTHORIZATION_FAILED if not access.may(READ, GROUP, group) else \
+            errors.NOT_COORDINATOR if not self.coordinates(group) else \
+            self.coordinator.check_commit(group, body["generation_id"], body["member_id"], now)
         offsets: dict[tuple[str, int], tuple[int, str | None]] = {}
         codes: dict[tuple[str, int], int] = {}
         for topic in body["topics"]:
@@ -389,8 +415,9 @@ class Mapping:
     def offset_fetch(self, request: Request, access: Access = ALLOW_ALL) -> bytes:
         body = request.body
         assert body is not None
-        if not access.may(DESCRIBE, GROUP, body["group_id"]):
-            code = errors.GROUP_AUTHORIZATION_FAILED
+        denied = not access.may(DESCRIBE, GROUP, body["group_id"])
+        if denied or not self.coordinates(body["group_id"]):
+            code = errors.GROUP_AUTHORIZATION_FAILED if denied else errors.NOT_COORDINATOR
             return encode_body(OFFSET_FETCH, request.version, {"throttle_time_ms": 0, "error_code": code, "topics": [
                 {"name": t["name"], "partitions": [{"partition_index": i, "committed_offset": -1, "error_code": code}
                                                    for i in t["partition_indexes"]]} for t in body["topics"] or []]})
@@ -490,7 +517,7 @@ class Mapping:
                 entries = self.topic_config(r["resource_name"]) if known else {}
                 code = 0 if known else errors.UNKNOWN_TOPIC_OR_PARTITION
             elif r["resource_type"] == 4:  # the broker: the gateway
-                entries, code = {"broker.id": str(NODE_ID), "num.partitions": str(self.num_partitions),
+                entries, code = {"broker.id": str(self.gateways.me.node_id), "num.partitions": str(self.num_partitions),
                                  "auto.create.topics.enable": str(self.auto_create).lower()}, 0
             else:
                 entries, code = {}, errors.INVALID_REQUEST
@@ -569,6 +596,7 @@ class Mapping:
 
     def metadata(self, request: Request, topics: dict[str, TopicView], access: Access = ALLOW_ALL) -> bytes:
         names = self.wanted_topics(request)
+        me = self.gateways.me.node_id
         listed = []
         # a listing of every topic leaves out those the principal may not describe, as Kafka's does
         for name in ([t for t in sorted(topics) if access.allowed(DESCRIBE, TOPIC, t)] if names is None else names):
@@ -582,13 +610,17 @@ class Mapping:
                     else errors.UNKNOWN_TOPIC_OR_PARTITION)
                 listed.append({"error_code": code, "name": name, "partitions": []})
                 continue
-            listed.append({"error_code": 0, "name": name, "is_internal": False, "topic_authorized_operations": -2147483648,
-                           "partitions": [{"error_code": 0, "partition_index": i, "leader_id": NODE_ID,
-                                           "leader_epoch": 0, "replica_nodes": [NODE_ID], "isr_nodes": [NODE_ID],
-                                           "offline_replicas": []} for i in range(view.count)]})
-        body = {"throttle_time_ms": 0, "brokers": [{"node_id": NODE_ID, "host": self.host, "port": self.port,
-                                                      "rack": None}],
-                "cluster_id": self.cluster_id, "controller_id": NODE_ID, "topics": listed,
+            parts = []
+            for i in range(view.count):
+                # a foreign partition has no gateway that writes it: any serves it, this one says itself
+                node = me if i >= view.writable >= 0 else self.gateways.leader(partition_key(name, i)).node_id
+                parts.append({"error_code": 0, "partition_index": i, "leader_id": node, "leader_epoch": 0,
+                              "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []})
+            listed.append({"error_code": 0, "name": name, "is_internal": False,
+                           "topic_authorized_operations": -2147483648, "partitions": parts})
+        body = {"throttle_time_ms": 0, "brokers": [{"node_id": n.node_id, "host": n.host, "port": n.port, "rack": None}
+                                                   for n in self.gateways.live()],
+                "cluster_id": self.cluster_id, "controller_id": self.gateways.live()[0].node_id, "topics": listed,
                 "cluster_authorized_operations": -2147483648}
         return encode_body(METADATA, request.version, body)
 
@@ -658,6 +690,9 @@ class Mapping:
                     result.refused[key] = errors.INVALID_TOPIC_EXCEPTION
                     result.messages[key] = read_only_topic(view.name)
                     continue
+                if not self.leads(*key):  # the client refreshes its metadata and goes to the leader
+                    result.refused[key] = errors.NOT_LEADER_OR_FOLLOWER
+                    continue
                 records = part["records"]
                 if records is None:
                     result.refused[key] = errors.CORRUPT_MESSAGE
@@ -714,7 +749,9 @@ class Mapping:
                     continue
                 head, offset = view.heads[p["partition"]], p["fetch_offset"]
                 if offset < view.tail(p["partition"]) or offset > head + 1:
-                    reads.refused[key] = errors.OFFSET_OUT_OF_RANGE
+                    # beyond a head only heard of (the leader moved, and is resuming): not out of range yet
+                    unsure = offset > head + 1 and p["partition"] in view.unsure
+                    reads.refused[key] = errors.NOT_LEADER_OR_FOLLOWER if unsure else errors.OFFSET_OUT_OF_RANGE
                     continue
                 reads.reads.append(Read(key[0], key[1], offset, p["partition_max_bytes"]))
         return reads

@@ -26,10 +26,16 @@ response, one request at a time per connection, as a Kafka broker does.
   of the gateway's partition there, resumed, so a restarted gateway reads it back.
 * Idempotent producers: :class:`~.idempotence.Sequences` in the mapping
   checks each batch before it is published; a retried one gets its first
-  answer again.  Each batch is noted in the topic's sequences partition, acked,
-  before its records are published (one at a time a partition, under its
-  lock), and read back when the topic is learnt: a restarted gateway answers a
-  retry of a batch the stores hold again, without a second append.
+  answer again.  Each batch is noted in the partition's sequences partition,
+  acked, before its records are published (one at a time a partition, under
+  its lock), and read back when the partition is resumed: a restarted gateway,
+  or the one a partition moved to, answers a retry of a batch the stores hold
+  again, without a second append.
+* Several gateways (:mod:`~.gateways`): each announces itself and hears the
+  others; it resumes only the partitions, and coordinates only the groups, it
+  leads, and lets go of those another one leads once it hears of it (stopping
+  their producers, so that the new leader's resume, which waits for their
+  beacons to go, rfc 15, can proceed).
 """
 
 from __future__ import annotations
@@ -45,15 +51,19 @@ from typing import Any, TypeVar
 
 from dafka.aio import AsyncConsumer, AsyncProducer, SendFuture
 from dafka.config import Config
-from dafka.errors import BufferFull, DafkaError, RecordTooLarge
+from dafka.errors import BufferFull, DafkaError, PartitionClaimed, RecordTooLarge
 from dafka.group import decode_commits, encode_commits, offsets_topic
 from dafka.peer import partition_address
 from dafka.survey import StatusPeer, Survey
 
 from . import errors
+from .gateways import (
+    ANNOUNCE_SECONDS, ANNOUNCE_TOPIC, REGISTRY_KEY, Gateways, Node, decode_announcement, encode_announcement, group_key,
+    partition_key,
+)
 from .idempotence import APPEND, DUPLICATE, SEQUENCES_TOPIC, BatchEntry, decode_entry as decode_batch_entry
 from .mapping import (
-    Answer, Appends, Commit, Create, Held, Mapping, Reads, Replies, Seek, TopicView, address_of, index_of,
+    NODE_ID, Answer, Appends, Commit, Create, Held, Mapping, Reads, Replies, Seek, TopicView, address_of, index_of,
 )
 from .numbering import REGISTRY_NAME, REGISTRY_TOPIC, Numbers, decode_entry
 from .messages import (
@@ -77,6 +87,7 @@ SEQUENCES_TAIL = 5_000  # idempotent batches read back from a topic's sequences 
 BUFFER_RECORDS = 50_000  # records a connection keeps per partition between two Fetches
 PIPELINE = 64  # Produce requests of one connection in flight at most (the next one waits to be read)
 PUMP_WAIT_MS = 100  # how long one read of a connection's consumer waits for records
+FORM_SECONDS = 2 * ANNOUNCE_SECONDS  # heard for this long after its first announcement, a gateway claims partitions
 DESCRIBED_GROUPS = 200  # groups a PEER-INFO describes at most (its body is at most 64 KiB)
 _SIZE = struct.Struct(">i")
 
@@ -172,10 +183,12 @@ class KafkaGateway:
                  max_request_bytes: int = 100 * 1024 * 1024, initial_rebalance_delay: float = 3.0,
                  survey_interval: float = RESURVEY_SECONDS, tls: ssl.SSLContext | None = None,
                  users: Users | None = None, sasl_mechanisms: tuple[str, ...] = MECHANISMS,
-                 acl: Acl | None = None) -> None:
+                 acl: Acl | None = None, node_id: int = NODE_ID) -> None:
         """``tls``: serve Kafka over TLS with this server context (None: plaintext). ``users``: require SASL
         (``sasl_mechanisms``) against these credentials (None: no authentication). ``acl``: what each
-        principal may do (None: everything)."""
+        principal may do (None: everything). ``node_id``: this gateway's broker id, one a live gateway."""
+        self.node_id = node_id
+        self.gateways: Gateways | None = None
         self.config = config
         self.address, self.port = address, port
         self.advertise = advertise
@@ -200,14 +213,22 @@ class KafkaGateway:
         self._offset_producers: dict[str, AsyncProducer[bytes]] = {}
         self._loaded: dict[str, asyncio.Future[None]] = {}  # groups whose commits were read back
         self.numbers = Numbers()
-        self.foreign_heads: dict[tuple[str, str], int] = {}  # (topic, address) -> head, of foreign partitions
+        # (topic, address) -> head, of the partitions this gateway does not write (foreign ones, others' own)
+        self.heard_heads: dict[tuple[str, str], int] = {}
         self.cluster_topics: Heads = {}  # the last survey of the whole cluster
         self._surveyed = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
         self._registry: AsyncProducer[bytes] | None = None
         self._registry_read = False  # the numbers given so far read back (retried until they are)
+        self._registry_next = 0  # the registry's offset read up to
+        self._formed = asyncio.Event()  # set once this gateway heard the others long enough to claim anything
+        self._announced = asyncio.Event()  # set (and replaced) at each batch of the others' announcements
         self._numbering = asyncio.Lock()
-        self._sequence_producers: dict[str, AsyncProducer[bytes]] = {}  # topic -> its sequences partition's
+        self._sequence_producers: dict[tuple[str, int], AsyncProducer[bytes]] = {}  # a partition's sequences'
+        self._acquiring: dict[tuple[str, int], asyncio.Future[AsyncProducer[bytes]]] = {}  # partitions resuming
+        self._announcer: asyncio.Task[None] | None = None
+        self.failed = asyncio.Event()  # set when the gateway stopped serving for good (``failure``: why)
+        self.failure: str | None = None
         self._appending: dict[tuple[str, int], asyncio.Lock] = {}  # one append at a time a partition
         self._background: set[asyncio.Task[None]] = set()
 
@@ -216,11 +237,13 @@ class KafkaGateway:
         bound = self._server.sockets[0].getsockname()
         self.port = bound[1]
         host, port = self.advertise or (self.address, self.port)
+        self.gateways = Gateways(Node(self.node_id, host, port))
         self.mapping = Mapping(host, port, auto_create=self.auto_create, num_partitions=self.num_partitions,
                                max_request_records_bytes=self.max_request_bytes,
-                               initial_rebalance_delay=self.initial_rebalance_delay)
+                               initial_rebalance_delay=self.initial_rebalance_delay, gateways=self.gateways)
         self._ticker = asyncio.ensure_future(self._tick())
         self._watcher = asyncio.ensure_future(self._watch())
+        self._announcer = asyncio.ensure_future(self._announce())
         log.info("kafka gateway on %s:%d (advertised %s:%d)", self.address, self.port, host, port)
 
     async def _tick(self) -> None:
@@ -241,9 +264,10 @@ class KafkaGateway:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in (self._ticker, self._watcher):
+        for task in (self._ticker, self._watcher, self._announcer):
             if task is not None:
                 task.cancel()
+        await asyncio.gather(*(t for t in (self._announcer,) if t is not None), return_exceptions=True)
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
@@ -296,6 +320,137 @@ class KafkaGateway:
                          "partitions": parts})
         return {"listener": f"{host}:{port}", "kafka_groups": rows}
 
+    # -- several gateways ------------------------------------------------------------------
+
+    async def _announce(self) -> None:
+        """Announce this gateway every :data:`ANNOUNCE_SECONDS`, hear the others', and move what a change of
+        who is live moves.  Its announcements come from a resumed producer of its node id's address: a
+        second live process with the same node id cannot start one (rfc 15), and is stopped."""
+        assert self.gateways is not None
+        gateways, me = self.gateways, self.gateways.me
+        loop = asyncio.get_running_loop()
+        consumer: AsyncConsumer[bytes] = AsyncConsumer(config=self.config.with_overrides(
+            {"consumer/offset/reset": "latest"}, source="kafka gateway"))
+        consumer.subscribe(ANNOUNCE_TOPIC)
+        producer = None
+        try:
+            while producer is None:
+                try:
+                    producer = await loop.run_in_executor(None, lambda: AsyncProducer(
+                        ANNOUNCE_TOPIC, self.config, address=partition_address(f"kafka-gateway:{me.node_id}"),
+                        resume=True))
+                except PartitionClaimed:
+                    self._fail(f"node id {me.node_id} is another live gateway's: give each gateway its own --node-id")
+                    return
+                except DafkaError as exc:  # too few stores yet: alone until they come
+                    log.warning("kafka gateway node %d: not announced (%s); trying again", me.node_id, exc)
+                    self._formed.set()  # (no store: nothing to write anyway, and a stuck gateway helps nobody)
+                    await asyncio.sleep(ANNOUNCE_SECONDS)
+            due = 0.0
+            formed_at = time.monotonic() + FORM_SECONDS
+            while True:
+                now = time.monotonic()
+                if now >= formed_at and not self._formed.is_set():
+                    log.info("kafka gateway node %d: hears %d other gateway(s)", me.node_id, len(gateways.live()) - 1)
+                    self._formed.set()
+                if now >= due:
+                    topics = {name: view.count for name, view in self.views.items() if not view.foreign}
+                    try:
+                        await producer.send(encode_announcement(me, topics=topics))
+                    except DafkaError as exc:
+                        log.warning("kafka gateway node %d: an announcement not sent (%s)", me.node_id, exc)
+                    due = now + ANNOUNCE_SECONDS
+                got = await consumer.getmany(timeout_ms=max(1, int((due - time.monotonic()) * 1000)))
+                now = time.monotonic()
+                changed = False
+                for records in got.values():
+                    for record in records:
+                        try:
+                            node, leaving, topics = decode_announcement(record.value)
+                        except ValueError as exc:
+                            self.counters.malformed += 1
+                            log.warning("a gateway announcement that is not one (%s): dropped", exc)
+                            continue
+                        changed |= gateways.on_announcement(node, leaving, now, topics)
+                        for name, count in topics.items():
+                            view = self.views.get(name)
+                            if view is not None and not view.foreign and view.count < count:
+                                self._in_background(self._grow(name, count))
+                if got:
+                    self._announced.set()
+                    self._announced = asyncio.Event()
+                if gateways.expire(now) or changed:
+                    log.info("kafka gateways live: %s", ", ".join(f"{n.node_id} at {n.host}:{n.port}"
+                                                                  for n in gateways.live()))
+                    self._leaders_changed()
+        finally:
+            if producer is not None:
+                try:
+                    await producer.send(encode_announcement(me, leaving=True))
+                    await producer.stop()
+                except DafkaError as exc:
+                    log.warning("kafka gateway node %d: its leaving not announced (%s)", me.node_id, exc)
+            await consumer.stop()
+
+    def _fail(self, why: str) -> None:
+        """Stop serving for good: ``failure`` says why (dafka kafka exits with it)."""
+        log.error("%s", why)
+        self.failure = why
+        if self._server is not None:
+            self._server.close()
+        self.failed.set()
+
+    def _leaders_changed(self) -> None:
+        """Who is live changed: let go of the partitions and groups another gateway leads now, and take
+        those this one leads now."""
+        mapping = self.mapping
+        assert mapping is not None
+        for key in [k for k in self.producers if not mapping.leads(*k)]:
+            self._in_background(self._let_go(key))
+        for name, view in list(self.views.items()):
+            if not view.foreign:
+                for i in range(view.count):
+                    if mapping.leads(name, i) and (name, i) not in self.producers and (name, i) not in self._acquiring:
+                        self._in_background(self._take_over((name, i)))
+        for group in set(mapping.coordinator.groups) | set(self._offset_producers) | set(self._loaded):
+            if not mapping.coordinates(group):
+                self._deliver(mapping.hand_over(group))
+                self._loaded.pop(group, None)
+                producer = self._offset_producers.pop(group, None)
+                if producer is not None:
+                    self._in_background(producer.stop())
+                log.info("group %r: coordinated by node %d now", group, mapping.gateways.leader(group_key(group)).node_id)
+
+    async def _let_go(self, key: tuple[str, int]) -> None:
+        """Stop writing a partition another gateway leads now, once its append under way is done."""
+        assert self.mapping is not None
+        async with self._appending.setdefault(key, asyncio.Lock()):
+            producer = self.producers.get(key)
+            if producer is None or self.mapping.leads(*key):
+                return
+            del self.producers[key]
+            noted = self._sequence_producers.pop(key)
+            self._heard(key[0], producer.address, producer.next_offset - 1)
+            view = self.views.get(key[0])
+            if view is not None:
+                view.unsure.add(key[1])
+            self.mapping.sequences.partitions.pop(key, None)  # the new leader reads them back from the notes
+            for stopping in (producer, noted):
+                try:
+                    await stopping.stop()
+                except DafkaError as exc:
+                    log.warning("%s/%d: letting go: %s", key[0], key[1], exc)
+        log.info("%s/%d: led by node %d now: let go", key[0], key[1],
+                 self.mapping.gateways.leader(partition_key(*key)).node_id)
+
+    async def _take_over(self, key: tuple[str, int]) -> None:
+        """Resume a partition this gateway leads now (its last leader's beacon gone first, rfc 15)."""
+        try:
+            await self._partition(key)
+            log.info("%s/%d: taken over", key[0], key[1])
+        except DafkaError as exc:
+            log.warning("%s/%d: not taken over yet (%s): at the next Produce", key[0], key[1], exc)
+
     # -- topics ----------------------------------------------------------------------------
 
     async def _known(self, names: list[str] | None, create: list[str]) -> dict[str, TopicView]:
@@ -313,10 +468,11 @@ class KafkaGateway:
         return views
 
     def _head(self, view: TopicView, index: int) -> int:
-        if not view.foreign or index < view.writable:
-            return self.producers[(view.name, index)].next_offset - 1
+        producer = self.producers.get((view.name, index))
+        if producer is not None:
+            return producer.next_offset - 1
         address = view.address(index)
-        return -1 if address is None else self.foreign_heads.get((view.name, address), -1)
+        return -1 if address is None else self.heard_heads.get((view.name, address), -1)
 
     async def _resolve(self, name: str, create: bool, partitions: int = 0, found: dict[str, int] | None = None) -> None:
         pending = self._resolving.get(name)
@@ -332,75 +488,143 @@ class KafkaGateway:
 
     async def _learn(self, name: str, create: bool, partitions: int = 0, found: dict[str, int] | None = None) -> None:
         """Find a topic's partitions in the cluster (``found``: as a survey found them, address -> head), or
-        create it (``partitions``: how many, 0: the gateway's --num-partitions), and resume its producers.
-        A topic that dafka producers write is never created: its partitions are numbered instead.
+        create it (``partitions``: how many, 0: the gateway's --num-partitions), and resume the producers of
+        the partitions this gateway leads.  A topic that dafka producers write is never created: its
+        partitions are numbered instead.
 
         A request that may create the topic has the partitions it would create resumed while the survey
         runs (a resume waits 1.5 beacon intervals for a twin, rfc 15): its first answer comes a second
         sooner; what the survey shows is not wanted is stopped."""
+        assert self.mapping is not None
         loop = asyncio.get_running_loop()
         resuming: dict[int, asyncio.Future[AsyncProducer[bytes]]] = {}
         if found is None:
-            if create:
+            if create and self._formed.is_set():
                 resuming = {i: loop.run_in_executor(None, self._producer, name, i)
-                            for i in range(partitions or self.num_partitions)}
+                            for i in range(partitions or self.num_partitions) if self.mapping.leads(name, i)}
             try:
                 found = await loop.run_in_executor(None, self._survey, name)
             except BaseException:
                 self._discard(list(resuming.values()))
                 raise
-        count = 0
-        while address_of(name, count) in found:
-            count += 1
+        count = 1 + max((i for a in found if (i := index_of(name, a)) is not None), default=-1)
+        if count and not self.gateways_say(name):  # (an empty partition is in no store: its creator says it)
+            await self._announcements(2)
+        count = max(count, self.gateways_say(name))
         foreign = _foreign(name, found)
         if count == 0 and not foreign:
             if not create:
+                self._discard(list(resuming.values()))
                 return
             count = partitions or self.num_partitions
-        wanted = [resuming.pop(i) if i in resuming else loop.run_in_executor(None, self._producer, name, i)
-                  for i in range(count)]
-        self._discard(list(resuming.values()))
-        numbered = asyncio.ensure_future(self._number(name, foreign, count) if foreign else asyncio.sleep(0))
-        if not foreign:  # a topic Kafka producers write: its idempotent batches' partition too
-            wanted.append(loop.run_in_executor(None, self._sequences_producer, name))
-        results = await asyncio.gather(*wanted, return_exceptions=True)
-        producers = [r for r in results if isinstance(r, AsyncProducer)]
-        failed = next((r for r in results if isinstance(r, BaseException)), None)
-        try:
-            await numbered
-            if failed is None and not foreign:
-                await self._restore_sequences(name, producers[-1], producers[:-1])
-        except DafkaError as exc:
-            failed = failed or exc
-        if failed is not None:
-            for producer in producers:
-                await producer.stop()
-            raise failed
-        if not foreign:
-            self._sequence_producers[name] = producers.pop()
-        for i, producer in enumerate(producers):
-            self.producers[(name, i)] = producer
+        self._discard([f for i, f in resuming.items() if i >= count or foreign])
+        for i in range(count):
+            if (name, i) not in self.producers:
+                self._heard(name, address_of(name, i), found.get(address_of(name, i), -1))
+        if foreign:  # read-only: its gateway partitions (written before) are not resumed
+            await self._number(name, foreign, count)
+        else:
+            await asyncio.gather(*(self._partition((name, i), resuming.get(i))
+                                   for i in range(count) if self.mapping.leads(name, i)))
         self.views[name] = self._view(name, count)
         log.info("topic %r: %d partition(s), %d written by dafka producers", name, self.views[name].count,
                  len(foreign))
 
-    def _sequences_producer(self, topic: str) -> AsyncProducer[bytes]:
-        return AsyncProducer(SEQUENCES_TOPIC + topic, self.config,
-                             address=partition_address(f"kafka-sequences:{topic}"), resume=True)
+    def gateways_say(self, topic: str) -> int:
+        """How many partitions the other live gateways say ``topic`` has (0: none)."""
+        return self.gateways.partitions(topic) if self.gateways is not None else 0
 
-    async def _restore_sequences(self, topic: str, noted: AsyncProducer[bytes],
-                                 producers: list[AsyncProducer[bytes]]) -> None:
-        """The idempotent batches noted last in ``topic``'s sequences partition, back into the sequences
-        (those whose records the partitions hold: a gateway that died between a note and its records
+    async def _announcements(self, rounds: int) -> None:
+        """Until the others' announcements came ``rounds`` times (or as long as they take when on time)."""
+        if self.gateways is None or len(self.gateways.live()) < 2:
+            return
+        for _ in range(rounds):
+            try:
+                await asyncio.wait_for(self._announced.wait(), 2 * ANNOUNCE_SECONDS)
+            except asyncio.TimeoutError:
+                return
+
+    async def _grow(self, name: str, count: int) -> None:
+        """Another gateway says ``name`` has more partitions than this one knows: take its view, and resume
+        the partitions this one leads of them."""
+        assert self.mapping is not None
+        view = self.views.get(name)
+        if view is None or view.foreign or view.count >= count:
+            return
+        self.views[name] = self._view(name, count)
+        log.info("topic %r: %d partition(s), as another gateway says", name, count)
+        await asyncio.gather(*(self._take_over((name, i)) for i in range(count) if self.mapping.leads(name, i)))
+
+    def _heard(self, topic: str, address: str, head: int) -> None:
+        """A head of a partition this gateway does not write, as a survey or a reader found it."""
+        if head > self.heard_heads.get((topic, address), -1):
+            self.heard_heads[(topic, address)] = head
+
+    async def _partition(self, key: tuple[str, int],
+                         resumed: asyncio.Future[AsyncProducer[bytes]] | None = None) -> AsyncProducer[bytes]:
+        """The producer of a gateway partition this gateway leads, resumed once (``resumed``: already under way)."""
+        producer = self.producers.get(key)
+        if producer is not None:
+            if resumed is not None:
+                self._discard([resumed])
+            return producer
+        pending = self._acquiring.get(key)
+        if pending is None:
+            pending = self._acquiring[key] = asyncio.ensure_future(self._resume_partition(key, resumed))
+            pending.add_done_callback(lambda _: self._acquiring.pop(key, None))
+        elif resumed is not None:
+            self._discard([resumed])
+        return await asyncio.shield(pending)
+
+    async def _resume_partition(self, key: tuple[str, int],
+                                resumed: asyncio.Future[AsyncProducer[bytes]] | None) -> AsyncProducer[bytes]:
+        """Resume a partition and its sequences partition, and read its idempotent batches back."""
+        assert self.mapping is not None
+        loop = asyncio.get_running_loop()
+        topic, index = key
+        await self._formed.wait()
+        results = await asyncio.gather(resumed or loop.run_in_executor(None, self._producer, topic, index),
+                                       loop.run_in_executor(None, self._sequences_producer, topic, index),
+                                       return_exceptions=True)
+        producers = [r for r in results if isinstance(r, AsyncProducer)]
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is None:
+            try:
+                await self._restore_sequences(key, producers[1], producers[0])
+            except DafkaError as exc:
+                failed = exc
+            if failed is None and not self.mapping.leads(topic, index):
+                leader = self.mapping.gateways.leader(partition_key(topic, index)).node_id
+                failed = DafkaError(f"{topic}/{index} is led by node {leader} now: let go")
+        if failed is not None:
+            for producer in producers:
+                await producer.stop()
+            raise failed
+        self.producers[key], self._sequence_producers[key] = producers
+        view = self.views.get(topic)
+        if view is not None:
+            view.unsure.discard(index)
+        return producers[0]
+
+    def _sequences_producer(self, topic: str, index: int) -> AsyncProducer[bytes]:
+        return AsyncProducer(SEQUENCES_TOPIC + topic, self.config,
+                             address=partition_address(f"kafka-sequences:{topic}:{index}"), resume=True)
+
+    async def _restore_sequences(self, key: tuple[str, int], noted: AsyncProducer[bytes],
+                                 producer: AsyncProducer[bytes]) -> None:
+        """The idempotent batches noted last in a partition's sequences partition, back into the sequences
+        (those whose records the partition holds: a gateway that died between a note and its records
         noted a batch that is not there, whose retry must be appended)."""
         assert self.mapping is not None
         head = noted.next_offset - 1
         if head < 0:
             return
+        topic, index = key
         values = await self._read_back(SEQUENCES_TOPIC + topic, noted.address, max(0, head - SEQUENCES_TAIL + 1), head)
-        entries = self._decoded(values, decode_batch_entry, f"topic {topic!r}'s sequences")
-        taken = self.mapping.sequences.restore(topic, entries, {i: p.next_offset - 1 for i, p in enumerate(producers)})
-        log.info("topic %r: %d idempotent batch(es) read back", topic, taken)
+        entries = self._decoded(values, decode_batch_entry, f"{topic}/{index}'s sequences")
+        taken = self.mapping.sequences.restore(topic, [e for e in entries if e.partition == index],
+                                               {index: producer.next_offset - 1})
+        log.info("%s/%d: %d idempotent batch(es) read back", topic, index, taken)
 
     def _discard(self, resuming: list[asyncio.Future[AsyncProducer[bytes]]]) -> None:
         """Stop the producers of partitions resumed in vain, once resumed."""
@@ -427,18 +651,25 @@ class KafkaGateway:
         else:
             view = TopicView(name, [-1] * len(slots), addresses=slots, writable=writable)
         view.heads = [self._head(view, i) for i in range(view.count)]
+        view.unsure = {i for i in range(min(writable, view.count)) if (name, i) not in self.producers}
         return view
 
     async def _number(self, topic: str, foreign: dict[str, int], writable: int) -> None:
         """Give the foreign partitions of ``topic`` that have none their Kafka numbers, kept in the registry
         (acked by ``producer/min_acks`` stores) before any client can see them."""
         for address, head in foreign.items():
-            if head > self.foreign_heads.get((topic, address), -1):
-                self.foreign_heads[(topic, address)] = head
+            if head > self.heard_heads.get((topic, address), -1):
+                self.heard_heads[(topic, address)] = head
+        assert self.mapping is not None
         async with self._numbering:
-            await self._read_registry()
+            leads = self.mapping.gateways.leads(REGISTRY_KEY)
+            await self._read_registry(again=not leads)
             entries = self.numbers.assign(topic, foreign, writable)
             if not entries:
+                return
+            if not leads:  # the registry has one writer: its leader numbers them at its next survey
+                log.info("topic %r: %d foreign partition(s) wait for node %d to number them", topic, len(entries),
+                         self.mapping.gateways.leader(REGISTRY_KEY).node_id)
                 return
             registry = self._registry
             assert registry is not None
@@ -454,17 +685,31 @@ class KafkaGateway:
             log.info("topic %r: foreign partitions numbered %s", topic,
                      ", ".join(f"{e.address} = {e.number}" for e in entries))
 
-    async def _read_registry(self) -> None:
-        """Read the partition numbers given so far back from the cluster, once, before giving any."""
-        if self._registry_read:
+    async def _read_registry(self, again: bool = False) -> None:
+        """Read the partition numbers given so far back from the cluster before giving any: once while this
+        gateway leads the registry (it writes it, resumed), and ``again`` for what its leader added since."""
+        assert self.mapping is not None
+        if self._registry_read and not again:
             return
+        await self._formed.wait()
         loop = asyncio.get_running_loop()
-        if self._registry is None:
-            self._registry = await loop.run_in_executor(None, lambda: AsyncProducer(
-                REGISTRY_TOPIC, self.config, address=partition_address(REGISTRY_NAME), resume=True))
-        values = await self._read_back(REGISTRY_TOPIC, self._registry.address, 0, self._registry.next_offset - 1)
+        address = partition_address(REGISTRY_NAME)
+        if self.mapping.gateways.leads(REGISTRY_KEY):
+            if self._registry is None:
+                self._registry_read = False  # (what another leader wrote meanwhile: all read again)
+                self._registry = await loop.run_in_executor(None, lambda: AsyncProducer(
+                    REGISTRY_TOPIC, self.config, address=address, resume=True))
+            head = self._registry.next_offset - 1
+        else:
+            if self._registry is not None:  # another gateway leads it now
+                registry, self._registry = self._registry, None
+                await registry.stop()
+            head = (await loop.run_in_executor(None, self._survey, REGISTRY_TOPIC)).get(address, -1)
+        first = self._registry_next if self._registry_read else 0
+        values = await self._read_back(REGISTRY_TOPIC, address, first, head)
         for entry in self._decoded(values, decode_entry, "the partition registry"):
             self.numbers.take(entry)
+        self._registry_next = max(first, head + 1)
         self._registry_read = True
 
     def _decoded(self, values: list[bytes], decode: Callable[[bytes], T], what: str) -> list[T]:
@@ -514,11 +759,16 @@ class KafkaGateway:
         start: a resume waits out the old beacons of its partition (rfc 15), up to ``beacon/timeout``, which
         a client's first metadata request after a restart would otherwise wait for (kcat gives up at 5 s)."""
         loop = asyncio.get_running_loop()
-        try:  # the registry read back at once, so that a topic's first request does not wait for it
-            async with self._numbering:
-                await self._read_registry()
-        except DafkaError as exc:
-            log.warning("the partition registry: %s (read again when a topic needs it)", exc)
+
+        async def read_registry() -> None:
+            try:
+                async with self._numbering:
+                    await self._read_registry()
+            except DafkaError as exc:
+                log.warning("the partition registry: %s (read again when a topic needs it)", exc)
+        # the registry read back at once (once the gateway heard the others), so that a topic's first request
+        # does not wait for it
+        self._in_background(read_registry())
         first = True
         while True:
             self.cluster_topics = await loop.run_in_executor(None, self._survey_all)
@@ -530,6 +780,9 @@ class KafkaGateway:
                         self._in_background(self._resolve(name, False, found=found))
             if self.survey_interval <= 0:
                 return
+            for (name, address), head in [((n, a), h) for n, found in self.cluster_topics.items()
+                                          for a, h in found.items()]:
+                self._heard(name, address, head)  # (a head this gateway writes is its producer's, never this)
             for name, view in list(self.views.items()):
                 foreign = _foreign(name, self.cluster_topics.get(name, {}))
                 if not foreign:
@@ -541,6 +794,16 @@ class KafkaGateway:
                     log.warning("topic %r: %s", name, exc)
                     continue
                 self.views[name] = self._view(name, writable)
+            assert self.mapping is not None
+            gateways = self.mapping.gateways
+            if len(gateways.live()) > 1 and gateways.leads(REGISTRY_KEY):  # what the others' clients wait for
+                for name, found in list(self.cluster_topics.items()):
+                    foreign = _foreign(name, found)
+                    if foreign and name not in self.views and not name.startswith("__"):
+                        try:
+                            await self._number(name, foreign, sum(1 for a in found if index_of(name, a) is not None))
+                        except DafkaError as exc:
+                            log.warning("topic %r: %s", name, exc)
             await asyncio.sleep(self.survey_interval)
 
     def _survey(self, topic: str) -> dict[str, int]:
@@ -661,7 +924,7 @@ class KafkaGateway:
                     await writer.drain()
                     continue
                 if fetches is None and request.api_key == 1 and request.body is not None:
-                    fetches = _Reader(self.config, self.foreign_heads)
+                    fetches = _Reader(self.config, self.heard_heads)
                 body = await self._answer(request, fetches, access)
                 if body is not None:
                     writer.write(response_frame(request.api, request.version, request.correlation_id, body))
@@ -767,13 +1030,18 @@ class KafkaGateway:
         """The gateway's partition of the group's offsets topic (resumed: it goes on after a restart)."""
         producer = self._offset_producers.get(group)
         if producer is None:
+            await self._formed.wait()
             producer = await asyncio.get_running_loop().run_in_executor(None, lambda: AsyncProducer(
                 offsets_topic(group), self.config, address=partition_address(f"kafka-offsets:{group}"), resume=True))
             self._offset_producers[group] = producer
         return producer
 
     async def _load(self, group: str) -> None:
-        """Read a group's commits back from its last snapshot in the cluster, once (a restarted gateway)."""
+        """Read a group's commits back from its last snapshot in the cluster, once (a restarted gateway, or the
+        group's new coordinator); another gateway's group is not read (its requests get NOT_COORDINATOR)."""
+        assert self.mapping is not None
+        if not self.mapping.coordinates(group):
+            return
         pending = self._loaded.get(group)
         if pending is None:
             pending = self._loaded[group] = asyncio.ensure_future(self._read_commits(group))
@@ -858,12 +1126,20 @@ class KafkaGateway:
             key = (append.topic, append.index)
             if results.get(key, (0, 0))[0]:
                 continue
-            producer = self.producers[key]
             count = append.batch.count
             lock = self._appending.get(key)
             if lock is None:
                 lock = self._appending[key] = asyncio.Lock()
             async with lock:
+                producer = self.producers.get(key)
+                if producer is None or not mapping.leads(*key):  # moved here (resumed now), or away meanwhile
+                    try:
+                        producer = await self._partition(key) if mapping.leads(*key) else None
+                    except DafkaError as exc:  # e.g. its last leader still writes it (PartitionClaimed)
+                        log.warning("%s/%d: not resumed (%s)", key[0], key[1], exc)
+                    if producer is None:
+                        results[key] = (errors.NOT_LEADER_OR_FOLLOWER, -1)
+                        continue
                 code, first, again = await self._append(key, producer, append.batch, appends.timeout_ms / 1000.0)
             if code:
                 results[key] = (code, -1)
@@ -905,7 +1181,7 @@ class KafkaGateway:
             try:
                 await producer.wait_for_room(count, batch.body_bytes)  # (at least the records' bytes)
                 entry = BatchEntry(key[1], pid, epoch, base, count, producer.next_offset)
-                noted = await self._sequence_producers[key[0]].send(entry.encode())
+                noted = await self._sequence_producers[key].send(entry.encode())
                 await asyncio.wait_for(asyncio.shield(noted.future()), timeout)
             except (DafkaError, asyncio.TimeoutError) as exc:
                 log.warning("%s/%d: an idempotent batch was not noted (%s): not appended", key[0], key[1], exc)
@@ -914,7 +1190,7 @@ class KafkaGateway:
             first = await producer.send_many(batch.values, keys=batch.keys, attributes=batch.record_attributes)
         except (RecordTooLarge, BufferFull) as exc:
             if entry is not None:  # the note must not stand for the records that take these offsets
-                await self._sequence_producers[key[0]].send(entry.voided().encode())
+                await self._sequence_producers[key].send(entry.voided().encode())
             return (errors.MESSAGE_TOO_LARGE if isinstance(exc, RecordTooLarge) else errors.REQUEST_TIMED_OUT), -1, False
         sequences.record(key, pid, epoch, base, count, first)
         return 0, first, False

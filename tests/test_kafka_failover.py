@@ -1,0 +1,109 @@
+"""Two ``dafka kafka`` gateways on one cluster, with real clients bootstrapped with both: the loss of either
+loses no acknowledged record, and an idempotent producer stores none twice."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from kafkahelpers import kcat, start_gateway
+
+pytestmark = [pytest.mark.kafka, pytest.mark.faults]
+
+def two_gateways(processes, tower, tmp_path, *args: str):
+    """Gateways of node ids 1 and 2, each once it hears the other: [(process, bootstrap, log)]."""
+    started = []
+    for node in (1, 2):
+        log = tmp_path / f"gw{node}.log"
+        proc, bootstrap = start_gateway(processes, tower, log, "--node-id", str(node), *args)
+        started.append((proc, bootstrap, log))
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if all(brokers(bootstrap) == {1, 2} for _, bootstrap, _ in started):
+            return started
+        time.sleep(0.2)
+    pytest.fail("the gateways did not hear each other: " + " | ".join(log.read_text() for _, _, log in started))
+
+
+def brokers(bootstrap: str) -> set[int]:
+    """The node ids a gateway's metadata lists."""
+    listed = kcat("-b", bootstrap, "-L", "-J")
+    assert listed.returncode == 0, listed.stderr
+    return {b["id"] for b in json.loads(listed.stdout)["brokers"]}
+
+
+def leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """Kafka partition -> the node id that leads it, as kcat's metadata says."""
+    listed = kcat("-b", bootstrap, "-L", "-t", topic, "-J")
+    assert listed.returncode == 0, listed.stderr
+    [meta] = json.loads(listed.stdout)["topics"]
+    return {p["partition"]: p["leader"] for p in meta["partitions"]}
+
+
+def test_two_gateways_share_the_partitions_and_a_second_with_the_same_node_id_is_refused(kafka_cluster, processes,
+                                                                                        tmp_path):
+    tower, _ = kafka_cluster
+    (_, first, _), (_, second, _) = two_gateways(processes, tower, tmp_path, "--num-partitions", "8")
+    listed = kcat("-b", first, "-L")
+    assert listed.returncode == 0, listed.stderr
+    text = listed.stdout.decode()
+    assert f"broker 1 at {first}" in text and f"broker 2 at {second}" in text
+    produced = kcat("-b", f"{first},{second}", "-P", "-t", "shared", "-K:",
+                    data=b"".join(b"k%d:v%d\n" % (i, i) for i in range(200)))
+    assert produced.returncode == 0, produced.stderr
+    led = leaders(first, "shared")
+    assert led == leaders(second, "shared") and set(led.values()) == {1, 2}  # one view, both lead some
+    read = kcat("-b", second, "-C", "-t", "shared", "-e", "-f", "%k=%s\n")
+    assert sorted(read.stdout.decode().split()) == sorted(f"k{i}=v{i}" for i in range(200))
+    # A third process with node id 2 stops, saying why.
+    twin, _ = start_gateway(processes, tower, tmp_path / "twin.log", "--node-id", "2")
+    assert twin.wait(30) == 1
+    assert "node id 2 is another live gateway's" in (tmp_path / "twin.log").read_text()
+
+
+@pytest.mark.timeout(240)
+def test_a_gateway_killed_mid_run_loses_no_acknowledged_record_and_an_idempotent_producer_stores_none_twice(
+        kafka_cluster, processes, tmp_path):
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    tower, _ = kafka_cluster
+    (victim, first, _), (_, second, _) = two_gateways(processes, tower, tmp_path, "--num-partitions", "4")
+    topic, n = "failover", 6000
+    producer = confluent_kafka.Producer({"bootstrap.servers": f"{first},{second}", "acks": "all",
+                                         "enable.idempotence": True, "linger.ms": 5,
+                                         "topic.metadata.refresh.interval.ms": 1000})
+    reports: list = []
+    killed_at = None
+    for i in range(n):
+        producer.produce(topic, key=b"k%d" % i, value=b"v%d" % i,
+                         on_delivery=lambda err, msg: reports.append((err, msg.partition(), msg.value())))
+        producer.poll(0)
+        if i == n // 3:
+            producer.flush(30)
+            assert set(leaders(first, topic).values()) == {1, 2}
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(5)
+            killed_at = time.monotonic()
+        time.sleep(0.002 if i > n // 3 else 0)
+    assert producer.flush(120) == 0
+    failed = [r for r in reports if r[0] is not None]
+    assert failed == [], failed[:5]
+    assert len(reports) == n
+    assert killed_at is not None
+    assert set(leaders(second, topic).values()) == {2}
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": second, "group.id": "check",
+                                         "enable.auto.commit": False})
+    consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(4)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < n and time.monotonic() < deadline:
+        for msg in consumer.consume(1000, 0.5):
+            assert msg.error() is None, msg.error()
+            got.append(msg.value())
+    for msg in consumer.consume(1000, 1.0):  # and nothing more
+        got.append(msg.value())
+    consumer.close()
+    assert len(got) == len(set(got)), "a record stored twice"
+    assert set(got) == {b"v%d" % i for i in range(n)}

@@ -1,0 +1,127 @@
+"""kafka/gateways.py without sockets: announcements, who is live, and who leads what."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, strategies as st
+
+from dafka.kafka import errors
+from dafka.kafka.gateways import (
+    Gateways, Node, decode_announcement, encode_announcement, group_key, partition_key,
+)
+from dafka.kafka.mapping import Mapping, TopicView
+from dafka.kafka.messages import FETCH, FIND_COORDINATOR, METADATA, OFFSET_FETCH, PRODUCE, read_request
+
+from test_kafka_protocol import _decode, request_frame
+
+
+def _request(api, version, body):
+    return read_request(request_frame(api, version, body))
+
+A, B, C = Node(1, "127.0.0.1", 9092), Node(2, "127.0.0.1", 9093), Node(3, "127.0.0.1", 9094)
+
+
+def test_an_announcement_round_trips_and_a_bad_one_names_what_is_wrong():
+    assert decode_announcement(encode_announcement(B)) == (B, False, {})
+    assert decode_announcement(encode_announcement(B, leaving=True, topics={"t": 3})) == (B, True, {"t": 3})
+    for bad, why in [(b"\xff", "not JSON"), (b"[]", "not an object"),
+                     (b'{"node_id": -1, "host": "h", "port": 1, "leaving": false, "topics": {}}', "node_id"),
+                     (b'{"node_id": 1, "host": "", "port": 1, "leaving": false, "topics": {}}', "host"),
+                     (b'{"node_id": 1, "host": "h", "port": 70000, "leaving": false, "topics": {}}', "port"),
+                     (b'{"node_id": 1, "host": "h", "port": 7, "leaving": false, "topics": {"t": 0}}', "topics")]:
+        with pytest.raises(ValueError, match=why):
+            decode_announcement(bad)
+
+
+@given(st.binary(max_size=200))
+def test_decoding_any_bytes_gives_an_announcement_or_a_value_error(data):
+    try:
+        node, leaving, topics = decode_announcement(data)
+    except ValueError:
+        return
+    assert isinstance(node, Node) and isinstance(leaving, bool) and isinstance(topics, dict)
+
+
+def test_gateways_come_and_go_and_every_view_picks_the_same_leaders():
+    a, b = Gateways(A, timeout=3.0), Gateways(B, timeout=3.0)
+    assert a.live() == [A] and a.leads(partition_key("t", 0))  # alone, it leads everything
+    assert a.on_announcement(B, False, now=0.0) and not a.on_announcement(B, False, now=1.0)  # heard again: no change
+    assert b.on_announcement(A, False, now=0.0)
+    assert a.live() == b.live() == [A, B]
+    keys = [partition_key("t", i) for i in range(200)] + [group_key(f"g{i}") for i in range(50)]
+    assert all(a.leader(k) == b.leader(k) for k in keys)
+    shares = Counter(a.leader(k).node_id for k in keys)
+    assert 80 <= shares[1] <= 170, shares  # both lead a fair share
+    # B unheard for the timeout: gone, and A leads again what B led, nothing else moves
+    before = {k: a.leader(k) for k in keys}
+    version = a.version
+    assert a.expire(now=2.9) == [] and a.expire(now=4.0) == [B]
+    assert a.version > version and a.live() == [A] and all(a.leader(k) == A for k in keys)
+    # a third gateway joins: only keys it now leads move (rendezvous hashing)
+    a.on_announcement(B, False, now=5.0)
+    a.on_announcement(C, False, now=5.0)
+    moved = [k for k in keys if a.leader(k) != before[k]]
+    assert moved and all(a.leader(k) == C for k in moved)
+    # the partition counts they announce: the highest of the live ones
+    a.on_announcement(B, False, now=5.0, topics={"t": 4})
+    a.on_announcement(C, False, now=5.0, topics={"t": 6, "u": 1})
+    assert (a.partitions("t"), a.partitions("u"), a.partitions("v")) == (6, 1, 0)
+    # one that leaves says so: gone at once
+    assert a.on_announcement(C, True, now=5.1) and a.live() == [A, B] and a.partitions("t") == 4
+    assert not a.on_announcement(C, True, now=5.2)
+    assert not a.on_announcement(A, False, now=5.3)  # its own announcement, heard back: nothing
+
+
+def _two_gateway_mapping() -> tuple[Mapping, str, str]:
+    gateways = Gateways(A)
+    gateways.on_announcement(B, False, now=0.0)
+    mapping = Mapping(A.host, A.port, gateways=gateways)
+    mine = next(f"p{i}" for i in range(100) if gateways.leads(partition_key(f"p{i}", 0)))
+    theirs = next(f"p{i}" for i in range(100) if not gateways.leads(partition_key(f"p{i}", 0)))
+    return mapping, mine, theirs
+
+
+def test_metadata_lists_every_live_gateway_and_each_partitions_leader():
+    mapping, mine, theirs = _two_gateway_mapping()
+    request = _request(METADATA, 9, {"topics": [{"name": mine}, {"name": theirs}], "allow_auto_topic_creation": False,
+                                     "include_cluster_authorized_operations": False,
+                                     "include_topic_authorized_operations": False})
+    body = _decode(METADATA, 9, mapping.handle(request, {mine: TopicView(mine, [-1]),
+                                                         theirs: TopicView(theirs, [-1])}).body)
+    assert [(b["node_id"], b["port"]) for b in body["brokers"]] == [(1, 9092), (2, 9093)]
+    leaders = {t["name"]: t["partitions"][0]["leader_id"] for t in body["topics"]}
+    assert leaders == {mine: 1, theirs: 2}
+
+
+def test_a_produce_to_a_partition_another_gateway_leads_gets_not_leader_or_follower():
+    mapping, mine, theirs = _two_gateway_mapping()
+    request = _request(PRODUCE, 7, {"transactional_id": None, "acks": -1, "timeout_ms": 1000, "topic_data": [
+        {"name": theirs, "partition_data": [{"index": 0, "records": b""}]}]})
+    outcome = mapping.handle(request, {theirs: TopicView(theirs, [-1])})
+    assert outcome.refused == {(theirs, 0): errors.NOT_LEADER_OR_FOLLOWER}
+
+
+def test_a_group_is_found_at_its_coordinator_and_refused_elsewhere():
+    mapping, _, _ = _two_gateway_mapping()
+    gateways = mapping.gateways
+    theirs = next(f"g{i}" for i in range(100) if not gateways.leads(group_key(f"g{i}")))
+    body = _decode(FIND_COORDINATOR, 2, mapping.handle(_request(FIND_COORDINATOR, 2, {"key": theirs, "key_type": 0}),
+                                                       {}).body)
+    assert (body["error_code"], body["node_id"], body["port"]) == (0, 2, 9093)
+    fetched = _request(OFFSET_FETCH, 7, {"group_id": theirs, "topics": [{"name": "t", "partition_indexes": [0]}],
+                                         "require_stable": False})
+    answer = _decode(OFFSET_FETCH, 7, mapping.handle(fetched, {}).body)
+    assert answer["error_code"] == errors.NOT_COORDINATOR
+
+
+def test_a_fetch_past_a_head_only_heard_of_is_not_out_of_range():
+    """The partition's leader moved and is resuming it: a consumer at its end must not reset its offset."""
+    mapping = Mapping("h", 1)
+    body = {"replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 10_000, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "rack_id": "",
+            "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 9, "partition_max_bytes": 100},
+                                                     {"partition": 1, "fetch_offset": 9, "partition_max_bytes": 100}]}]}
+    reads = mapping.handle(_request(FETCH, 11, body), {"t": TopicView("t", [4, 4], unsure={0})})
+    assert reads.refused == {("t", 0): errors.NOT_LEADER_OR_FOLLOWER, ("t", 1): errors.OFFSET_OUT_OF_RANGE}
