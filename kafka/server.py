@@ -87,7 +87,7 @@ SEQUENCES_TAIL = 5_000  # idempotent batches read back from a topic's sequences 
 BUFFER_RECORDS = 50_000  # records a connection keeps per partition between two Fetches
 PIPELINE = 64  # Produce requests of one connection in flight at most (the next one waits to be read)
 PUMP_WAIT_MS = 100  # how long one read of a connection's consumer waits for records
-FORM_SECONDS = 2 * ANNOUNCE_SECONDS  # heard for this long after its first announcement, a gateway claims partitions
+FORM_SECONDS = 3 * ANNOUNCE_SECONDS  # listened for this long to the others' announcements, a gateway claims partitions
 DESCRIBED_GROUPS = 200  # groups a PEER-INFO describes at most (its body is at most 64 KiB)
 _SIZE = struct.Struct(">i")
 
@@ -332,6 +332,7 @@ class KafkaGateway:
         consumer: AsyncConsumer[bytes] = AsyncConsumer(config=self.config.with_overrides(
             {"consumer/offset/reset": "latest"}, source="kafka gateway"))
         consumer.subscribe(ANNOUNCE_TOPIC)
+        formed_at = time.monotonic() + FORM_SECONDS
         producer = None
         try:
             while producer is None:
@@ -347,7 +348,6 @@ class KafkaGateway:
                     self._formed.set()  # (no store: nothing to write anyway, and a stuck gateway helps nobody)
                     await asyncio.sleep(ANNOUNCE_SECONDS)
             due = 0.0
-            formed_at = time.monotonic() + FORM_SECONDS
             while True:
                 now = time.monotonic()
                 if now >= formed_at and not self._formed.is_set():
@@ -499,7 +499,7 @@ class KafkaGateway:
         loop = asyncio.get_running_loop()
         resuming: dict[int, asyncio.Future[AsyncProducer[bytes]]] = {}
         if found is None:
-            if create and self._formed.is_set():
+            if create:
                 resuming = {i: loop.run_in_executor(None, self._producer, name, i)
                             for i in range(partitions or self.num_partitions) if self.mapping.leads(name, i)}
             try:
@@ -582,10 +582,11 @@ class KafkaGateway:
         assert self.mapping is not None
         loop = asyncio.get_running_loop()
         topic, index = key
-        await self._formed.wait()
+        # resumed while the view forms: whether this gateway leads it is checked once both are done
         results = await asyncio.gather(resumed or loop.run_in_executor(None, self._producer, topic, index),
                                        loop.run_in_executor(None, self._sequences_producer, topic, index),
                                        return_exceptions=True)
+        await self._formed.wait()
         producers = [r for r in results if isinstance(r, AsyncProducer)]
         failed = next((r for r in results if isinstance(r, BaseException)), None)
         if failed is None:
@@ -691,16 +692,23 @@ class KafkaGateway:
         assert self.mapping is not None
         if self._registry_read and not again:
             return
-        await self._formed.wait()
         loop = asyncio.get_running_loop()
         address = partition_address(REGISTRY_NAME)
+        resuming = None
+        if self._registry is None and (self.mapping.gateways.leads(REGISTRY_KEY) or not self._formed.is_set()):
+            # resumed while the view forms, kept if this gateway leads it then
+            resuming = loop.run_in_executor(None, lambda: AsyncProducer(REGISTRY_TOPIC, self.config, address=address,
+                                                                        resume=True))
+        await self._formed.wait()
         if self.mapping.gateways.leads(REGISTRY_KEY):
             if self._registry is None:
                 self._registry_read = False  # (what another leader wrote meanwhile: all read again)
-                self._registry = await loop.run_in_executor(None, lambda: AsyncProducer(
-                    REGISTRY_TOPIC, self.config, address=address, resume=True))
+                self._registry = await (resuming or loop.run_in_executor(None, lambda: AsyncProducer(
+                    REGISTRY_TOPIC, self.config, address=address, resume=True)))
             head = self._registry.next_offset - 1
         else:
+            if resuming is not None:
+                self._discard([resuming])
             if self._registry is not None:  # another gateway leads it now
                 registry, self._registry = self._registry, None
                 await registry.stop()

@@ -107,3 +107,65 @@ def test_a_gateway_killed_mid_run_loses_no_acknowledged_record_and_an_idempotent
     consumer.close()
     assert len(got) == len(set(got)), "a record stored twice"
     assert set(got) == {b"v%d" % i for i in range(n)}
+
+
+def group_led_by(node_id: int, prefix: str) -> str:
+    """A group name whose coordinator, of gateways 1 and 2, is ``node_id`` (the hashing is the gateways')."""
+    from dafka.kafka.gateways import Gateways, Node, group_key
+    view = Gateways(Node(1, "h", 1))
+    view.on_announcement(Node(2, "h", 2), False, now=0.0)
+    return next(name for i in range(1000) if view.leader(group_key(name := f"{prefix}{i}")).node_id == node_id)
+
+
+@pytest.mark.timeout(240)
+def test_the_group_coordinators_gateway_killed_the_group_rebalances_on_the_other_and_resumes_from_its_commits(
+        kafka_cluster, processes, tmp_path):
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    tower, _ = kafka_cluster
+    (victim, first, _), (_, second, _) = two_gateways(processes, tower, tmp_path, "--num-partitions", "2")
+    topic, n, group = "grouped", 4000, group_led_by(1, "readers-")
+    producer = confluent_kafka.Producer({"bootstrap.servers": f"{first},{second}", "acks": "all"})
+    for i in range(n):
+        producer.produce(topic, key=b"k%d" % i, value=b"v%d" % i)
+    assert producer.flush(30) == 0
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": f"{first},{second}", "group.id": group,
+                                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                         "session.timeout.ms": 6000, "topic.metadata.refresh.interval.ms": 1000})
+    consumer.subscribe([topic])
+    seen: list[tuple[int, int]] = []
+
+    def read(until, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not until() and time.monotonic() < deadline:
+            msgs = consumer.consume(200, 0.5)
+            for msg in msgs:
+                assert msg.error() is None, msg.error()
+                seen.append((msg.partition(), msg.offset()))
+            if msgs:
+                try:
+                    consumer.commit(asynchronous=False)
+                except confluent_kafka.KafkaException as exc:  # the group moving: its records come again
+                    assert exc.args[0].code() in (confluent_kafka.KafkaError.UNKNOWN_MEMBER_ID,
+                                                  confluent_kafka.KafkaError.REBALANCE_IN_PROGRESS,
+                                                  confluent_kafka.KafkaError.ILLEGAL_GENERATION,
+                                                  confluent_kafka.KafkaError.NOT_COORDINATOR), exc
+
+    try:
+        read(lambda: len(seen) >= n // 2, 60)
+        assert len(seen) >= n // 2
+        committed = {tp.partition: tp.offset for tp in consumer.committed(
+            [confluent_kafka.TopicPartition(topic, p) for p in (0, 1)], timeout=10)}
+        before = len(seen)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(5)
+        killed_at = time.monotonic()
+        read(lambda: len(set(seen)) >= n, 90)
+        took = time.monotonic() - killed_at
+    finally:
+        consumer.close()
+    per_partition = {p: sorted({o for q, o in seen if q == p}) for p in (0, 1)}
+    assert sum(len(v) for v in per_partition.values()) == n, (len(seen), took)
+    assert all(offsets == list(range(len(offsets))) for offsets in per_partition.values())
+    # After the move it went on from its commits: what came twice is at or after the last commit of its partition.
+    again = [s for s in seen[before:] if s in set(seen[:before])]
+    assert all(offset >= committed[p] for p, offset in again), (again[:5], committed)
