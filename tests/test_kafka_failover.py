@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -169,3 +171,59 @@ def test_the_group_coordinators_gateway_killed_the_group_rebalances_on_the_other
     # After the move it went on from its commits: what came twice is at or after the last commit of its partition.
     again = [s for s in seen[before:] if s in set(seen[:before])]
     assert all(offset >= committed[p] for p, offset in again), (again[:5], committed)
+
+
+KAFKA_PYTHON_THROUGH_A_KILL = """
+import json, sys, time
+from kafka import KafkaProducer
+bootstrap, topic, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", metadata_max_age_ms=1000)  # idempotent: its default
+futures = [producer.send(topic, key=b"k%d" % i, value=b"v%d" % i) for i in range(n // 2)]
+producer.flush(30)
+print("HALF", flush=True)
+sys.stdin.readline()  # the test killed a gateway
+futures += [producer.send(topic, key=b"k%d" % i, value=b"v%d" % i) for i in range(n // 2, n)]
+failed = []
+for f in futures:
+    try:
+        f.get(timeout=120)
+    except Exception as exc:
+        failed.append(repr(exc))
+producer.close()
+print(json.dumps({"idempotent": producer.config["enable_idempotence"], "failed": failed[:5]}))
+"""
+
+
+@pytest.mark.timeout(240)
+def test_kafka_pythons_idempotent_producer_goes_on_through_a_gateways_kill_with_no_record_lost_or_twice(
+        kafka_cluster, processes, tmp_path):
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    tower, _ = kafka_cluster
+    (victim, first, _), (_, second, _) = two_gateways(processes, tower, tmp_path, "--num-partitions", "4")
+    topic, n = "kp-failover", 3000
+    client = subprocess.Popen([sys.executable, "-c", KAFKA_PYTHON_THROUGH_A_KILL, f"{first},{second}", topic, str(n)],
+                              cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert client.stdout.readline() == b"HALF\n", client.stderr.read().decode(errors="replace")[-3000:]
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(5)
+        client.stdin.write(b"\n")
+        client.stdin.flush()
+        out, err = client.communicate(timeout=180)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert client.returncode == 0, err.decode(errors="replace")[-3000:]
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    assert result == {"idempotent": True, "failed": []}
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": second, "group.id": "check",
+                                         "enable.auto.commit": False})
+    consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(4)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < n and time.monotonic() < deadline:
+        got += [m.value() for m in consumer.consume(1000, 0.5) if m.error() is None]
+    got += [m.value() for m in consumer.consume(1000, 1.0) if m.error() is None]
+    consumer.close()
+    assert len(got) == len(set(got)), "a record stored twice"
+    assert set(got) == {b"v%d" % i for i in range(n)}
