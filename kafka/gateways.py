@@ -88,6 +88,7 @@ class Gateways:
         self._heard: dict[int, tuple[Node, float]] = {}
         self._topics: dict[int, dict[str, int]] = {}  # node id -> its announced partition counts
         self._leaders: dict[str, Node] = {}
+        self._expired_at: float | None = None
 
     def live(self) -> list[Node]:
         """Every live gateway, by node id."""
@@ -119,7 +120,13 @@ class Gateways:
         return True
 
     def expire(self, now: float) -> list[Node]:
-        """Forget the gateways unheard for ``timeout``; returns them."""
+        """Forget the gateways unheard for ``timeout``; returns them.  A stall of this gateway's own loop (it
+        expires at least every announcement) counts for nobody's silence: their announcements may wait
+        unread in its socket."""
+        gap = now - self._expired_at if self._expired_at is not None else 0.0
+        self._expired_at = now
+        if gap > self.timeout / 2:
+            self._heard = {node_id: (node, seen + gap) for node_id, (node, seen) in self._heard.items()}
         gone = [node for node, seen in self._heard.values() if now - seen >= self.timeout]
         for node in gone:
             del self._heard[node.node_id]

@@ -57,7 +57,8 @@ def test_gateways_come_and_go_and_every_view_picks_the_same_leaders():
     # B unheard for the timeout: gone, and A leads again what B led, nothing else moves
     before = {k: a.leader(k) for k in keys}
     version = a.version
-    assert a.expire(now=2.9) == [] and a.expire(now=4.0) == [B]
+    assert a.expire(now=1.0) == [] and a.expire(now=2.0) == [] and a.expire(now=2.9) == []
+    assert a.expire(now=4.1) == [B]
     assert a.version > version and a.live() == [A] and all(a.leader(k) == A for k in keys)
     # a third gateway joins: only keys it now leads move (rendezvous hashing)
     a.on_announcement(B, False, now=5.0)
@@ -125,3 +126,12 @@ def test_a_fetch_past_a_head_only_heard_of_is_not_out_of_range():
                                                      {"partition": 1, "fetch_offset": 9, "partition_max_bytes": 100}]}]}
     reads = mapping.handle(_request(FETCH, 11, body), {"t": TopicView("t", [4, 4], unsure={0})})
     assert reads.refused == {("t", 0): errors.NOT_LEADER_OR_FOLLOWER, ("t", 1): errors.OFFSET_OUT_OF_RANGE}
+
+
+def test_a_stall_of_its_own_loop_expires_nobody():
+    a = Gateways(A, timeout=3.0)
+    a.on_announcement(B, False, now=0.0)
+    assert a.expire(now=0.5) == []
+    assert a.expire(now=10.0) == []  # stopped 9.5 s itself: B's announcements wait unread
+    assert [a.expire(now=t) for t in (11.0, 12.0, 12.4)] == [[], [], []]
+    assert a.expire(now=12.6) == [B]  # then unheard for 3 s of its own running
