@@ -9,8 +9,10 @@ import subprocess
 import sys
 import time
 
+import confluent_kafka  # the test extra's: without it the tests fail, never skip
 import pytest
 
+from helpers import wait_for
 from kafkahelpers import kcat, start_gateway
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults]
@@ -45,6 +47,29 @@ def leaders(bootstrap: str, topic: str) -> dict[int, int]:
     return {p["partition"]: p["leader"] for p in meta["partitions"]}
 
 
+@pytest.fixture
+def four_partitions(kafka_cluster, processes, tmp_path):
+    """Two gateways whose topics get four partitions."""
+    return two_gateways(processes, kafka_cluster[0], tmp_path, "--num-partitions", "4")
+
+
+def assert_each_once(bootstrap: str, topic: str, partitions: int, n: int) -> None:
+    """The topic holds values v0 .. v(n-1), each once."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "check",
+                                         "enable.auto.commit": False})
+    consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < n and time.monotonic() < deadline:
+        for msg in consumer.consume(1000, 0.5):
+            assert msg.error() is None, msg.error()
+            got.append(msg.value())
+    got += [m.value() for m in consumer.consume(1000, 1.0)]  # and nothing more
+    consumer.close()
+    assert len(got) == len(set(got)), "a record stored twice"
+    assert set(got) == {b"v%d" % i for i in range(n)}
+
+
 def test_two_gateways_share_the_partitions_and_a_second_with_the_same_node_id_is_refused(kafka_cluster, processes,
                                                                                         tmp_path):
     tower, _ = kafka_cluster
@@ -67,11 +92,12 @@ def test_two_gateways_share_the_partitions_and_a_second_with_the_same_node_id_is
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("restarted", [False, True], ids=["killed", "killed-and-restarted"])
 def test_a_gateway_killed_mid_run_loses_no_acknowledged_record_and_an_idempotent_producer_stores_none_twice(
-        kafka_cluster, processes, tmp_path):
-    confluent_kafka = pytest.importorskip("confluent_kafka")
-    tower, _ = kafka_cluster
-    (victim, first, _), (_, second, _) = two_gateways(processes, tower, tmp_path, "--num-partitions", "4")
+        four_partitions, kafka_cluster, processes, tmp_path, restarted):
+    """... and, restarted under load while the other serves, it takes its partitions back: nothing lost,
+    none produced twice (the twin rule: one writer a partition), and both views settle."""
+    (victim, first, _), (_, second, _) = four_partitions
     topic, n = "failover", 6000
     producer = confluent_kafka.Producer({"bootstrap.servers": f"{first},{second}", "acks": "all",
                                          "enable.idempotence": True, "linger.ms": 5,
@@ -88,27 +114,19 @@ def test_a_gateway_killed_mid_run_loses_no_acknowledged_record_and_an_idempotent
             victim.send_signal(signal.SIGKILL)
             victim.wait(5)
             killed_at = time.monotonic()
+        if i == 2 * n // 3 and restarted:
+            start_gateway(processes, kafka_cluster[0], tmp_path / "gw1.log", "--node-id", "1", "--num-partitions", "4")
         time.sleep(0.002 if i > n // 3 else 0)
     assert producer.flush(120) == 0
     failed = [r for r in reports if r[0] is not None]
     assert failed == [], failed[:5]
     assert len(reports) == n
     assert killed_at is not None
-    assert set(leaders(second, topic).values()) == {2}
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": second, "group.id": "check",
-                                         "enable.auto.commit": False})
-    consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(4)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 60
-    while len(got) < n and time.monotonic() < deadline:
-        for msg in consumer.consume(1000, 0.5):
-            assert msg.error() is None, msg.error()
-            got.append(msg.value())
-    for msg in consumer.consume(1000, 1.0):  # and nothing more
-        got.append(msg.value())
-    consumer.close()
-    assert len(got) == len(set(got)), "a record stored twice"
-    assert set(got) == {b"v%d" % i for i in range(n)}
+    if restarted:  # both lead some again, and say so alike
+        wait_for(lambda: set(leaders(second, topic).values()) == {1, 2}, 20, 0.5, what="node 1 to lead again")
+    else:
+        assert set(leaders(second, topic).values()) == {2}
+    assert_each_once(second, topic, 4, n)
 
 
 def group_led_by(node_id: int, prefix: str) -> str:
@@ -122,7 +140,6 @@ def group_led_by(node_id: int, prefix: str) -> str:
 @pytest.mark.timeout(240)
 def test_the_group_coordinators_gateway_killed_the_group_rebalances_on_the_other_and_resumes_from_its_commits(
         kafka_cluster, processes, tmp_path):
-    confluent_kafka = pytest.importorskip("confluent_kafka")
     tower, _ = kafka_cluster
     (victim, first, _), (_, second, _) = two_gateways(processes, tower, tmp_path, "--num-partitions", "2")
     topic, n, group = "grouped", 4000, group_led_by(1, "readers-")
@@ -196,10 +213,8 @@ print(json.dumps({"idempotent": producer.config["enable_idempotence"], "failed":
 
 @pytest.mark.timeout(240)
 def test_kafka_pythons_idempotent_producer_goes_on_through_a_gateways_kill_with_no_record_lost_or_twice(
-        kafka_cluster, processes, tmp_path):
-    confluent_kafka = pytest.importorskip("confluent_kafka")
-    tower, _ = kafka_cluster
-    (victim, first, _), (_, second, _) = two_gateways(processes, tower, tmp_path, "--num-partitions", "4")
+        four_partitions, tmp_path):
+    (victim, first, _), (_, second, _) = four_partitions
     topic, n = "kp-failover", 3000
     client = subprocess.Popen([sys.executable, "-c", KAFKA_PYTHON_THROUGH_A_KILL, f"{first},{second}", topic, str(n)],
                               cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -216,14 +231,4 @@ def test_kafka_pythons_idempotent_producer_goes_on_through_a_gateways_kill_with_
     assert client.returncode == 0, err.decode(errors="replace")[-3000:]
     result = json.loads(out.decode().strip().splitlines()[-1])
     assert result == {"idempotent": True, "failed": []}
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": second, "group.id": "check",
-                                         "enable.auto.commit": False})
-    consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(4)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 60
-    while len(got) < n and time.monotonic() < deadline:
-        got += [m.value() for m in consumer.consume(1000, 0.5) if m.error() is None]
-    got += [m.value() for m in consumer.consume(1000, 1.0) if m.error() is None]
-    consumer.close()
-    assert len(got) == len(set(got)), "a record stored twice"
-    assert set(got) == {b"v%d" % i for i in range(n)}
+    assert_each_once(second, topic, 4, n)
