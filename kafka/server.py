@@ -659,8 +659,7 @@ class KafkaGateway:
         """Give the foreign partitions of ``topic`` that have none their Kafka numbers, kept in the registry
         (acked by ``producer/min_acks`` stores) before any client can see them."""
         for address, head in foreign.items():
-            if head > self.heard_heads.get((topic, address), -1):
-                self.heard_heads[(topic, address)] = head
+            self._heard(topic, address, head)
         assert self.mapping is not None
         async with self._numbering:
             leads = self.mapping.gateways.leads(REGISTRY_KEY)
