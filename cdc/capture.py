@@ -134,9 +134,12 @@ class CaptureState:
 
     # -- the bootstrap ------------------------------------------------------
 
-    def begin_snapshot(self, lsn: int, commit_ms: int) -> None:
-        """Rows read in a slot's exported snapshot follow, as op ``r`` at ``lsn``, in ``seq`` order."""
+    def begin_snapshot(self, lsn: int, commit_ms: int, oids: list[int]) -> list[Out]:
+        """Rows read in a slot's exported snapshot follow, as op ``r`` at ``lsn``, in ``seq`` order, after a
+        truncate of each of the relations ``oids`` (:meth:`Transactions.truncate_all`)."""
         self.txns.begin(lsn, None, commit_ms, snapshot=True)
+        relations = [self._table(oid).relation for oid in oids]
+        return self.txns.truncate_all([(rel.schema, rel.table) for rel in relations])
 
     def snapshot_row(self, oid: int, texts: list[str | None]) -> list[Out]:
         table = self._table(oid)

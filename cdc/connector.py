@@ -78,6 +78,10 @@ class Publisher:
             self.last_offset[topic] = producer.stats()["sent"] - 1
             log.info("cdc: topic %s partition %s resumes after offset %d", topic, address, self.last_offset[topic])
 
+    def has_records(self, table: str) -> bool:
+        """Whether the partition that carries ``table`` has records already (resumed, or published since)."""
+        return self.last_offset[self.topic_of(table)] >= 0
+
     def queue(self, outs: list) -> int:
         """Hold records to publish with the next :meth:`publish`; returns how many are held."""
         pending, keys = self._pending, self._pending_keys

@@ -234,7 +234,8 @@ class MysqlCapture(Capture):
                     cur.execute("UNLOCK TABLES")
                 file, pos = status["File"], int(status["Position"])
             self._prefix = file.rsplit(".", 1)[0]
-            state.begin_snapshot(file, pos, int(time.time() * 1000))
+            replaced = [table for table in self.source.tables if self.out.has_records(table)]
+            self.out.queue(state.begin_snapshot(file, pos, int(time.time() * 1000), replaced))
             for table in self.source.tables:
                 schema, _, name = table.partition(".")
                 with conn.cursor() as cur:

@@ -292,9 +292,11 @@ class PostgresCapture(Capture):
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
                 relations = [self._relation(cur, table) for table in self.source.tables]
-            state.begin_snapshot(point - 1, int(time.time() * 1000))
             for rel in relations:
                 state.on_relation(rel)
+            replaced = [rel.oid for rel in relations if self.out.has_records(f"{rel.schema}.{rel.table}")]
+            self.out.queue(state.begin_snapshot(point - 1, int(time.time() * 1000), replaced))
+            for rel in relations:
                 columns = ", ".join(f"{_ident(c.name)}::text" for c in rel.columns)
                 with conn.cursor(name=f"dafka_snapshot_{rel.oid}") as cur:
                     cur.itersize = SNAPSHOT_FETCH

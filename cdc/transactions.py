@@ -50,6 +50,7 @@ class Transactions:
         if self._head is None or self._head[1] != self.database:
             self._head = (envelope.source_head(self.connector, self.name, self.database), self.database)
         self._source = envelope.TransactionEncoder(self._head[0], lsn, txid, commit_ms, snapshot, extra)
+        self._held = None  # (a change of one that never ended, a bootstrap's read cut short: not this one's)
         self._seq = 0
         self._snapshot = snapshot
 
@@ -60,6 +61,18 @@ class Transactions:
             raise ValueError(f"a change of {schema}.{table} outside a transaction")
         out = self._release(last=False)
         self._held = (op, schema, table, before, after, key, unchanged)
+        return out
+
+    def truncate_all(self, tables: list[tuple[str, str]]) -> list[Out]:
+        """A snapshot's first changes: a truncate of each (schema, table) it reads whose partition has
+        records already (the connectors pick them; a first bootstrap has none).  Its rows replace whatever a
+        consumer held of those tables, so a row that an earlier snapshot published and that was deleted
+        before this one (a bootstrap cut short by a crash or a lost server and started again, a snapshot on
+        demand ahead of the stream) is not left behind: its delete stands below this snapshot's position,
+        where consumers drop it."""
+        out: list[Out] = []
+        for schema, table in tables:
+            out += self.add("t", schema, table, None, None, None)
         return out
 
     def end(self) -> list[Out]:
