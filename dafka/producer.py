@@ -616,6 +616,11 @@ class Producer(Generic[V]):
                 head = state.decide(now, peers=peers, replayed=replayed, twins=twins)
                 if head is not None:
                     break
+                if state.asks_due:  # a twin went: its last records may be newer than the answers heard
+                    state.asks_due = False
+                    self._ask_heads()
+                    for delay in _RESUME_ASKS:
+                        self._loop.call_later(delay, self._ask_heads)
                 self._loop.run_once(0.01)
                 self._poll_subscriptions()
         finally:

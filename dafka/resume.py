@@ -18,7 +18,9 @@ Feed :class:`ResumeState` the events of the start-up phase and ask
 * ``on_message(msg)``: a decoded DIRECT-HEAD or DIRECT-PARTITIONS;
 * ``decide(now, peers, replayed, twins)``: the head once known (-1 for a
   partition no store holds), None to keep waiting; raises
-  :class:`~dafka.errors.ResumeError` or :class:`~dafka.errors.PartitionClaimed`.
+  :class:`~dafka.errors.ResumeError` or :class:`~dafka.errors.PartitionClaimed`;
+  when it sets ``asks_due``, publish :meth:`ResumeState.ask`'s frames again
+  (and again while the way back may not be up).
 
 The rules, and why:
 
@@ -46,7 +48,8 @@ The rules, and why:
    head is never decided before ``twin_wait`` (1.5 x ``beacon/interval``):
    by then such a process has been heard even if the towers' replay missed
    it.  A killed predecessor's beacon expires within ``beacon/timeout``; one
-   still beaconing at the timeout raises :class:`PartitionClaimed`.  Once running,
+   still beaconing at the timeout raises :class:`PartitionClaimed`.  Once a
+   twin is gone the stores are asked again: it may have written until then.  Once running,
    the producer beacons the partition's address, and stops writing if it
    ever sees another peer beacon it too: two processes never write one
    partition.
@@ -84,6 +87,8 @@ class ResumeState:
         self.head = NO_HEAD
         self.heads_seen = 0  # answers that named our partition
         self.last_ask: float | None = None
+        self.asks_due = False  # the stores must be asked again (the producer publishes ask() and clears it)
+        self._twin_seen = False
         self._replayed_at: float | None = None
 
     def ask(self, now: float) -> list[bytes]:
@@ -128,6 +133,17 @@ class ResumeState:
                     f"partition {self.address} of topic {self.topic!r} is claimed by a live producer at "
                     f"{', '.join(twins)}; it still beacons after producer/resume_timeout "
                     f"({self.timeout * 1000:.0f} ms): stop it, or give this producer another address")
+            self._twin_seen = True
+            return None
+        if self._twin_seen:
+            # The twin stopped (a gateway that lets go of a partition, a predecessor that expired): what the
+            # stores answered while it could still write is behind, and resuming there would give its last
+            # records' offsets a second content.  Every store is asked again; the answers so far stand (the
+            # head only grows), but each dafka-py store's whole answer is awaited anew.
+            self._twin_seen = False
+            self.answered.clear()
+            self.last_ask = None
+            self.asks_due = True
             return None
         if now < self.started + self.twin_wait:
             return None

@@ -145,7 +145,14 @@ def test_a_twin_that_expires_is_a_dead_predecessor_one_that_stays_claims_the_par
     s.on_store_reader(0.0)
     s.on_message(partitions("R1", ("orders", ME, 3)))
     assert s.decide(1.0, peers=1, replayed=True, twins=["tcp://127.0.0.1:9"]) is None
-    assert s.decide(2.0, peers=1, replayed=True, twins=[]) == 3
+    # gone: the stores are asked again, since it may have written after their answers (a gateway that let go
+    # of the partition wrote until it stopped: resuming at 3 gave its last records' offsets a second content)
+    assert s.decide(2.0, peers=1, replayed=True, twins=[]) is None and s.asks_due
+    s.asks_due = False
+    s.ask(2.0)
+    assert s.decide(2.1, peers=1, replayed=True, twins=[]) is None  # R1's new answer is awaited
+    s.on_message(partitions("R1", ("orders", ME, 7)))
+    assert s.decide(2.1, peers=1, replayed=True, twins=[]) == 7 and not s.asks_due
     s = state(timeout=5.0)
     with pytest.raises(PartitionClaimed, match="tcp://127.0.0.1:9"):
         s.decide(5.0, peers=1, replayed=True, twins=["tcp://127.0.0.1:9"])
@@ -205,6 +212,32 @@ def test_a_live_producer_with_the_same_address_is_never_joined_by_a_second(tower
         with pytest.raises(PartitionClaimed, match="claimed by a live producer"):
             Producer("orders", loopback_config(tower, producer__resume_timeout=1500), address=ME, resume=True)
         assert _send(first, [b"y"]) == [1]  # the first one keeps writing
+
+
+def test_a_resume_that_waits_a_live_producer_out_continues_after_its_last_record(tower, store):
+    """The live producer writes on while the newcomer waits for it to go (as a Kafka gateway writes a
+    partition until it lets go of it to the gateway that leads it now): the newcomer resumes after the last
+    record, not at the head the stores answered when it started."""
+    import threading
+
+    first = Producer("orders", loopback_config(tower), address=ME, resume=True)
+    second: list = []
+    try:
+        _send(first, [b"a0"])
+        thread = threading.Thread(target=lambda: second.append(
+            Producer("orders", loopback_config(tower, producer__resume_timeout=20_000), address=ME, resume=True)))
+        thread.start()
+        time.sleep(1.0)  # its probe has asked the stores, and waits for the twin to go
+        assert _send(first, [b"a%d" % i for i in range(1, 200)])[-1] == 199
+        first.close()
+        thread.join(30)
+        assert second, "the second producer did not resume"
+        assert _send(second[0], [b"b"]) == [200]
+    finally:
+        first.close()
+        for producer in second:
+            producer.close()
+    assert [v for _, v in _read_all(tower, 201)] == [b"a%d" % i for i in range(200)] + [b"b"]
 
 
 def test_a_running_producer_that_sees_a_twin_stops_writing(tower, store):
