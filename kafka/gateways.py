@@ -26,6 +26,9 @@ ANNOUNCE_TOPIC = "__dafka_kafka_gateways"
 ANNOUNCE_SECONDS = 0.5
 TIMEOUT_SECONDS = 3.0  # unheard for this long: gone (six announcements missed)
 REGISTRY_KEY = "registry"
+# A gateway whose own loop stood still this long may have been taken for gone (TIMEOUT_SECONDS unheard, its last
+# announcement up to two intervals old) and its partitions taken over: it lets go of what it writes.
+STALL_SECONDS = TIMEOUT_SECONDS - 2 * ANNOUNCE_SECONDS
 
 
 @dataclass(frozen=True, order=True)
@@ -149,3 +152,28 @@ class Gateways:
     def _changed(self) -> None:
         self.version += 1
         self._leaders.clear()
+
+
+class StallGuard:
+    """Whether this gateway's own loop stood still (SIGSTOP, a starved machine) for longer than ``limit``
+    seconds.  Another gateway may then have taken its partitions over, and producers that wrote them on
+    would give offsets the other used a second content, which the stores' re-ACKs make look acked; so the
+    gateway lets go of what it writes, and answers a Produce that spanned a stall with NOT_LEADER_OR_FOLLOWER
+    (the client retries at the leader; an idempotent batch that was stored is answered from its note).
+    ``observe`` is called every tick and around each Produce; ``count`` tells a Produce whether one came."""
+
+    def __init__(self, limit: float = STALL_SECONDS) -> None:
+        self.limit = limit
+        self.count = 0
+        self.longest = 0.0
+        self._seen: float | None = None
+
+    def observe(self, now: float) -> bool:
+        """True once for each stall: when the gap since the last observation exceeds the limit."""
+        gap = 0.0 if self._seen is None else now - self._seen
+        self._seen = max(now, self._seen or now)
+        if gap <= self.limit:
+            return False
+        self.count += 1
+        self.longest = max(self.longest, gap)
+        return True

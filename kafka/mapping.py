@@ -214,6 +214,7 @@ class Mapping:
         # group -> (topic, index) -> (next offset, metadata): what OffsetFetch answers (the server loads a
         # group's from the cluster before its first request, :meth:`needs_offsets`)
         self.offsets: dict[str, dict[tuple[str, int], tuple[int, str | None]]] = {}
+        self.loading: set[str] = set()  # groups this gateway leads whose commits it could not read back yet
         self._waiting: dict[Hashable, Request] = {}  # the group requests whose answers are still to come
 
     # -- requests ---------------------------------------------------------------------------
@@ -289,7 +290,12 @@ class Mapping:
         return Answer(request, self.describe_configs(request, topics, access))
 
     def coordinates(self, group: str) -> bool:
-        """Whether this gateway is ``group``'s coordinator."""
+        """Whether this gateway is ``group``'s coordinator, ready to answer for it (its commits read back:
+        a group in :attr:`loading` gets NOT_COORDINATOR meanwhile, on which clients look it up and retry)."""
+        return group not in self.loading and self.leads_group(group)
+
+    def leads_group(self, group: str) -> bool:
+        """Whether the gateways' view makes this gateway ``group``'s coordinator (loaded or not)."""
         return self.gateways.leads(group_key(group))
 
     def leads(self, topic: str, index: int) -> bool:

@@ -58,8 +58,8 @@ from dafka.survey import StatusPeer, Survey
 
 from . import errors
 from .gateways import (
-    ANNOUNCE_SECONDS, ANNOUNCE_TOPIC, REGISTRY_KEY, Gateways, Node, decode_announcement, encode_announcement, group_key,
-    partition_key,
+    ANNOUNCE_SECONDS, ANNOUNCE_TOPIC, REGISTRY_KEY, Gateways, Node, StallGuard, decode_announcement,
+    encode_announcement, group_key, partition_key,
 )
 from .idempotence import APPEND, DUPLICATE, SEQUENCES_TOPIC, BatchEntry, decode_entry as decode_batch_entry
 from .mapping import (
@@ -204,6 +204,7 @@ class KafkaGateway:
         self.tower_reached = False  # a survey reached the tower (the cluster is there)
         self.mapping: Mapping | None = None
         self.counters = Counters()
+        self.stall = StallGuard()
         self.producers: dict[tuple[str, int], AsyncProducer[bytes]] = {}
         self.views: dict[str, TopicView] = {}
         self._resolving: dict[str, asyncio.Future[None]] = {}
@@ -247,11 +248,23 @@ class KafkaGateway:
         log.info("kafka gateway on %s:%d (advertised %s:%d)", self.address, self.port, host, port)
 
     async def _tick(self) -> None:
-        """Group timeouts: sessions that lapsed, rebalances whose time is up."""
+        """Group timeouts: sessions that lapsed, rebalances whose time is up; and the loop's stalls."""
         while True:
             await asyncio.sleep(TICK_SECONDS)
             assert self.mapping is not None
+            self._watch_stall()
             self._deliver(self.mapping.tick(time.monotonic()))
+
+    def _watch_stall(self) -> bool:
+        """After a stall of this gateway's loop (:class:`~.gateways.StallGuard`), let go of every partition
+        it writes, the groups' commits and the registry: the ones it leads are resumed again at the stores'
+        heads once any other writer is gone (rfc 15).  True when there was one."""
+        if not self.stall.observe(time.monotonic()) or self.gateways is None or len(self.gateways.live()) < 2:
+            return False  # (a lone gateway's partitions have no other writer to fear)
+        log.warning("kafka gateway: its loop stood still for %.1f s; another gateway may have taken its "
+                    "partitions over: it lets go of them, and resumes those it leads", self.stall.longest)
+        self._drop_claimed(everything=True)
+        return True
 
     @staticmethod
     def _deliver(replies: Replies) -> None:
@@ -383,6 +396,7 @@ class KafkaGateway:
                     log.info("kafka gateways live: %s", ", ".join(f"{n.node_id} at {n.host}:{n.port}"
                                                                   for n in gateways.live()))
                     self._leaders_changed()
+                self._drop_claimed()
         finally:
             if producer is not None:
                 try:
@@ -413,7 +427,8 @@ class KafkaGateway:
                     if mapping.leads(name, i) and (name, i) not in self.producers and (name, i) not in self._acquiring:
                         self._in_background(self._take_over((name, i)))
         for group in set(mapping.coordinator.groups) | set(self._offset_producers) | set(self._loaded):
-            if not mapping.coordinates(group):
+            if not mapping.leads_group(group):
+                mapping.loading.discard(group)
                 self._deliver(mapping.hand_over(group))
                 self._loaded.pop(group, None)
                 producer = self._offset_producers.pop(group, None)
@@ -442,6 +457,60 @@ class KafkaGateway:
                     log.warning("%s/%d: letting go: %s", key[0], key[1], exc)
         log.info("%s/%d: led by node %d now: let go", key[0], key[1],
                  self.mapping.gateways.leader(partition_key(*key)).node_id)
+
+    def _claimed(self, key: tuple[str, int]) -> None:
+        """Another live process writes this partition (a gateway that took it over while this one was stopped
+        or unheard, and the other way round): rfc 15 stopped this gateway's producer of it.  Drop it and its
+        sequences producer at once, so that their beacons go and the gateway that leads the partition now
+        resumes it; that is this one again when its view says so (its resume waits the other's beacon out)."""
+        assert self.mapping is not None
+        producer = self.producers.pop(key, None)
+        noted = self._sequence_producers.pop(key, None)
+        if producer is None:
+            return
+        self._heard(key[0], producer.address, producer.next_offset - 1)
+        view = self.views.get(key[0])
+        if view is not None:
+            view.unsure.add(key[1])
+        self.mapping.sequences.partitions.pop(key, None)  # read back from the notes by whoever resumes it
+        leads = self.mapping.leads(*key)
+        log.warning("%s/%d: let go (written by another gateway too, or after a stall)%s", key[0], key[1],
+                    ": resumed again once any other writer is gone" if leads else "")
+
+        async def stop() -> None:
+            await _stop_now(producer, noted)
+            if self.mapping is not None and self.mapping.leads(*key):
+                await self._take_over(key)
+        self._in_background(stop())
+
+    def _drop_claimed(self, everything: bool = False) -> None:
+        """Let go of every producer that saw another writer of its partition (rfc 15 stopped it), or of all
+        of them (``everything``: after a stall), at once: a fenced producer beacons on until it is stopped,
+        and nobody can resume its partition meanwhile.  A Kafka partition: :meth:`_claimed`.  A group's
+        offsets partition: the group is handed over (its members join again, and its commits are read back,
+        what another gateway committed included).  The partition registry: read back again, and resumed by
+        its leader when it next numbers partitions."""
+        assert self.mapping is not None
+
+        def claimed(producer: AsyncProducer[bytes] | None) -> bool:
+            return producer is not None and (everything or bool(producer.stats()["claimed"]))
+        for key, producer in list(self.producers.items()):
+            if claimed(producer) or claimed(self._sequence_producers.get(key)):
+                self._claimed(key)
+        for group, producer in list(self._offset_producers.items()):
+            if claimed(producer):
+                log.warning("group %r: its commits let go (written by another gateway too, or after a stall): "
+                            "handed over", group)
+                del self._offset_producers[group]
+                self._loaded.pop(group, None)
+                self._deliver(self.mapping.hand_over(group))
+                self._in_background(_stop_now(producer))
+        if claimed(self._registry):
+            assert self._registry is not None
+            log.warning("the partition registry: let go (written by another gateway too, or after a stall)")
+            registry, self._registry = self._registry, None
+            self._registry_read = False
+            self._in_background(_stop_now(registry))
 
     async def _take_over(self, key: tuple[str, int]) -> None:
         """Resume a partition this gateway leads now (its last leader's beacon gone first, rfc 15)."""
@@ -1040,6 +1109,15 @@ class KafkaGateway:
             await self._formed.wait()
             producer = await asyncio.get_running_loop().run_in_executor(None, lambda: AsyncProducer(
                 offsets_topic(group), self.config, address=partition_address(f"kafka-offsets:{group}"), resume=True))
+            assert self.mapping is not None
+            first = self._offset_producers.get(group)
+            if first is not None or not self.mapping.leads_group(group):
+                # another request resumed it first, or the group moved while the resume waited: a producer
+                # kept here would beacon its partition on, and its coordinator could never resume it
+                await _stop_now(producer)
+                if first is not None:
+                    return first
+                raise DafkaError(f"group {group!r}: its offsets partition is another gateway's now")
             self._offset_producers[group] = producer
         return producer
 
@@ -1047,7 +1125,7 @@ class KafkaGateway:
         """Read a group's commits back from its last snapshot in the cluster, once (a restarted gateway, or the
         group's new coordinator); another gateway's group is not read (its requests get NOT_COORDINATOR)."""
         assert self.mapping is not None
-        if not self.mapping.coordinates(group):
+        if not self.mapping.leads_group(group):
             return
         pending = self._loaded.get(group)
         if pending is None:
@@ -1055,8 +1133,18 @@ class KafkaGateway:
         await asyncio.shield(pending)
 
     async def _read_commits(self, group: str) -> None:
+        """The group's last commit record, read back; while its offsets partition cannot be resumed (another
+        gateway still writes it: a coordinator that moved, a gateway that stood still), the group answers
+        NOT_COORDINATOR, and the read is tried again every second until it is done or the group moves."""
         assert self.mapping is not None
-        producer = await self._offsets_producer(group)
+        try:
+            producer = await self._offsets_producer(group)
+        except DafkaError as exc:
+            log.warning("group %r: its commits not read back yet (%s): NOT_COORDINATOR meanwhile", group, exc)
+            self.mapping.loading.add(group)
+            self._in_background(self._load_again(group))
+            return
+        self.mapping.loading.discard(group)
         head = producer.next_offset - 1
         if head < 0 or group in self.mapping.offsets:
             return
@@ -1065,6 +1153,14 @@ class KafkaGateway:
                 self._take_commits(group, value)
         except DafkaError as exc:
             log.warning("group %r: its last commit record was not read back: %s", group, exc)
+
+    async def _load_again(self, group: str) -> None:
+        """A second later, read the group's commits again if they still could not be (:meth:`_read_commits`)."""
+        await asyncio.sleep(1.0)
+        assert self.mapping is not None
+        if group in self.mapping.loading and self._loaded.get(group) is not None and self._loaded[group].done():
+            del self._loaded[group]
+            await self._load(group)
 
     def _take_commits(self, group: str, value: bytes) -> None:
         assert self.mapping is not None
@@ -1099,8 +1195,8 @@ class KafkaGateway:
                 continue
             snapshot = {(t, address): offset for (t, i), (offset, _) in kept.items()
                         if offset >= 0 and (address := self._address(t, i)) is not None}
-            producer = await self._offsets_producer(group)
             try:
+                producer = await self._offsets_producer(group)
                 sent = await producer.send(encode_commits(GATEWAY_MEMBER, snapshot, snapshot=True))
                 await asyncio.wait_for(asyncio.shield(sent.future()), 10.0)
             except (DafkaError, asyncio.TimeoutError) as exc:
@@ -1127,6 +1223,8 @@ class KafkaGateway:
     async def _produce(self, appends: Appends, views: dict[str, TopicView]) -> bytes | None:
         mapping = self.mapping
         assert mapping is not None
+        self._watch_stall()  # (a request read just after a stall goes to no producer of before it)
+        stalls = self.stall.count
         results: dict[tuple[str, int], tuple[int, int]] = {key: (code, -1) for key, code in appends.refused.items()}
         waits: list[tuple[tuple[str, int], SendFuture]] = []
         for append in appends.appends:
@@ -1163,6 +1261,11 @@ class KafkaGateway:
                     await asyncio.wait_for(asyncio.shield(future.future()), appends.timeout_ms / 1000.0)
                 except asyncio.TimeoutError:
                     results[key] = (errors.REQUEST_TIMED_OUT, -1)
+                except DafkaError:  # its producer let go meanwhile (Closed): the client retries at the leader
+                    results[key] = (errors.NOT_LEADER_OR_FOLLOWER, -1)
+        if self._watch_stall() or self.stall.count != stalls:  # its acks may be for another writer's records
+            results = {key: (errors.NOT_LEADER_OR_FOLLOWER, -1) if code == 0 else (code, first)
+                       for key, (code, first) in results.items()}
         if appends.acks == 0:
             return None
         return mapping.produce_response(appends.request, {key: results[key] for key in appends.order if key in results},
@@ -1190,11 +1293,22 @@ class KafkaGateway:
                 entry = BatchEntry(key[1], pid, epoch, base, count, producer.next_offset)
                 noted = await self._sequence_producers[key].send(entry.encode())
                 await asyncio.wait_for(asyncio.shield(noted.future()), timeout)
+            except PartitionClaimed:
+                self._claimed(key)
+                return errors.NOT_LEADER_OR_FOLLOWER, -1, False
             except (DafkaError, asyncio.TimeoutError) as exc:
                 log.warning("%s/%d: an idempotent batch was not noted (%s): not appended", key[0], key[1], exc)
                 return errors.REQUEST_TIMED_OUT, -1, False
         try:
             first = await producer.send_many(batch.values, keys=batch.keys, attributes=batch.record_attributes)
+        except PartitionClaimed:
+            if entry is not None:  # its offsets may be the other writer's: the note must not answer a retry
+                try:
+                    await self._sequence_producers[key].send(entry.voided().encode())
+                except DafkaError as exc:
+                    log.warning("%s/%d: a note not voided (%s)", key[0], key[1], exc)
+            self._claimed(key)
+            return errors.NOT_LEADER_OR_FOLLOWER, -1, False
         except (RecordTooLarge, BufferFull) as exc:
             if entry is not None:  # the note must not stand for the records that take these offsets
                 await self._sequence_producers[key].send(entry.voided().encode())
@@ -1227,6 +1341,17 @@ class KafkaGateway:
                 found[key] = rows
                 total += size
         return found, total
+
+
+async def _stop_now(*producers: AsyncProducer[bytes] | None) -> None:
+    """Stop producers that another process's twin fenced, without waiting for acks: they may not write, and
+    must stop beaconing their partitions."""
+    for producer in producers:
+        if producer is not None:
+            try:
+                await producer.stop(timeout=0)
+            except DafkaError:
+                pass
 
 
 def _foreign(topic: str, found: dict[str, int]) -> dict[str, int]:

@@ -135,3 +135,16 @@ def test_a_stall_of_its_own_loop_expires_nobody():
     assert a.expire(now=10.0) == []  # stopped 9.5 s itself: B's announcements wait unread
     assert [a.expire(now=t) for t in (11.0, 12.0, 12.4)] == [[], [], []]
     assert a.expire(now=12.6) == [B]  # then unheard for 3 s of its own running
+
+
+def test_the_stall_guard_counts_each_stall_of_the_loop_once():
+    from dafka.kafka.gateways import STALL_SECONDS, TIMEOUT_SECONDS, StallGuard
+
+    assert STALL_SECONDS < TIMEOUT_SECONDS  # before another gateway can take this one for gone
+    guard = StallGuard(limit=2.0)
+    assert not guard.observe(100.0)  # the first observation: no gap yet
+    assert not any(guard.observe(100.0 + i * 0.05) for i in range(1, 40))  # ticks
+    assert guard.observe(104.5) and guard.count == 1 and guard.longest == pytest.approx(2.55)
+    assert not guard.observe(104.5) and not guard.observe(104.6) and guard.count == 1  # once per stall
+    assert not guard.observe(103.0)  # (a clock read late by another caller: no gap, nothing goes back)
+    assert guard.observe(110.0) and guard.count == 2
