@@ -153,6 +153,18 @@ def test_a_twin_that_expires_is_a_dead_predecessor_one_that_stays_claims_the_par
     assert s.decide(2.1, peers=1, replayed=True, twins=[]) is None  # R1's new answer is awaited
     s.on_message(partitions("R1", ("orders", ME, 7)))
     assert s.decide(2.1, peers=1, replayed=True, twins=[]) == 7 and not s.asks_due
+    # gone, and no store answers the new asks (lost answers, reference stores that say nothing): silence is
+    # no head for a partition a live twin had; a dafka-py store's whole answer is one, even without it
+    s = state(timeout=5.0)
+    s.on_connection()
+    s.on_store_reader(0.0)
+    assert s.decide(1.0, peers=1, replayed=True, twins=["tcp://127.0.0.1:9"]) is None
+    assert s.decide(2.0, peers=1, replayed=True, twins=[]) is None and s.asks_due
+    s.ask(2.0)
+    assert s.decide(2.1, peers=1, replayed=True, twins=[]) is None
+    assert s.decide(4.0, peers=1, replayed=True, twins=[]) is None  # (ANSWER_WAIT long past)
+    s.on_message(partitions("R1"))  # the twin never wrote: the store holds nothing of it
+    assert s.decide(4.1, peers=1, replayed=True, twins=[]) == NO_HEAD
     s = state(timeout=5.0)
     with pytest.raises(PartitionClaimed, match="tcp://127.0.0.1:9"):
         s.decide(5.0, peers=1, replayed=True, twins=["tcp://127.0.0.1:9"])
