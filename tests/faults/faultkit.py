@@ -18,7 +18,7 @@ import pytest
 import zmq
 
 from faultcheck import ConsumerRun, ProducerLog
-from helpers import Processes, free_port, wait_for  # noqa: F401 - free_port is the kit's too
+from helpers import Processes, free_port, script, wait_for  # noqa: F401 - free_port is the kit's too
 from roles import rss_kib
 
 ROLES = str(Path(__file__).with_name("roles.py"))
@@ -261,6 +261,48 @@ class Cluster:
         if slow_delay:
             args += ["--slow-delay", str(slow_delay)]
         role = self._start("consumer", name, args, log, offsets_path)
+        runs.append(role)
+        role.wait_ready()
+        return role
+
+    def gateway(self, name: str, node_id: int, port: int, *args: str, timeout: float = 30.0) -> Role:
+        """``dafka kafka --node-id N --port PORT`` on this cluster, with its config as ``-X`` keys."""
+        self._counter += 1
+        base = self.dir / f"{self._counter:02d}-gateway-{name}"
+        flags = [x for key, value in self.base_config.items() for x in ("-X", f"{key}={value}")]
+        with open(base.with_suffix(".out"), "wb") as out, open(base.with_suffix(".err"), "wb") as err:
+            proc = self.processes.start([script("dafka"), "kafka", "--node-id", str(node_id), "--port", str(port),
+                                         "--address", "127.0.0.1", "--verbose", *flags, *args],
+                                        stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        role = Role(self, "gateway", name, proc, base)
+        self.roles.append(role)
+
+        def serving() -> bool:
+            if not role.alive():
+                pytest.fail(f"gateway {name} exited with {proc.returncode}:\n{role.tail()}")
+            return b"serving Kafka on" in role.err.read_bytes()
+        wait_for(serving, timeout, interval=0.05, what=f"gateway {name} serving")
+        return role
+
+    def kafka_producer(self, name: str, bootstrap: str, topic: str, partitions: int, *, rate: float,
+                       size: int = 0) -> Role:
+        """An idempotent confluent-kafka producer (roles.py kafka-producer); its logs, one a partition, are
+        ``kafka_logs()``."""
+        role = self._start("kafka-producer", name, ["--bootstrap", bootstrap, "--topic", topic, "--logdir",
+                                                    str(self.dir), "--partitions", str(partitions),
+                                                    "--rate", str(rate), "--size", str(size)])
+        role.wait_ready()
+        return role
+
+    def kafka_logs(self) -> list[ProducerLog]:
+        return [ProducerLog.read(path) for path in sorted(self.dir.glob("kafka-*.producer.log"))]
+
+    def kafka_member(self, name: str, bootstrap: str, topic: str, group: str) -> Role:
+        """A confluent-kafka group member (roles.py kafka-member); its deliveries are a consumer's runs."""
+        runs = self.runs.setdefault(name, [])
+        log = self.dir / f"{name}.run{len(runs) + 1}.consumer.log"
+        role = self._start("kafka-member", name, ["--bootstrap", bootstrap, "--topic", topic, "--group", group,
+                                                  "--log", str(log)], log)
         runs.append(role)
         role.wait_ready()
         return role

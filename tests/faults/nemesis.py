@@ -16,6 +16,15 @@ faults runs against them:
 * ``wipe``: a store is SIGKILLed, its database deleted, and it restarts empty
   and refills from the producers and its peer stores.
 
+With ``kafka``, host A also runs two ``dafka kafka`` gateways (``g1``, ``g2``),
+an idempotent confluent-kafka producer bootstrapped with both and a group of
+two members (``m1``, ``m2``); ``kill`` and ``stop`` (unless ``gateway_stops``
+is off) then take the gateways too, one at a time, and the checker reads the Kafka producer's logs against the
+group's deliveries (every acked record, at least once: a member may read again
+what a refused commit left) and against a reader of the whole topic at the end
+(every acked record exactly once, in order: an idempotent producer stores none
+twice).
+
 At most one store is down (killed, stopped, full or wiped) at a time, so that
 two stores can always ack.  At the end every fault is healed, the producers
 stop (each waits for its acks), and after a quiet period the checker gives
@@ -48,10 +57,11 @@ for folder in (HERE, HERE.parent):  # run as a script: find faultkit, helpers an
 
 from dafka.config import Config  # noqa: E402
 from dafka.towerd.tower import Tower  # noqa: E402
-from faultcheck import Report, check  # noqa: E402
+from faultcheck import ConsumerRun, Report, check  # noqa: E402
 from faultkit import Cluster, Role, free_port  # noqa: E402
 from helpers import Processes, wait_for  # noqa: E402
 from lossy_proxy import LossyProxy  # noqa: E402
+from roles import kafka_record  # noqa: E402
 
 TOPIC = "nemesis"
 STORES = ("s1", "s2", "s3")
@@ -60,6 +70,10 @@ RATE = 200  # records a second per producer
 VALUE_SIZE = 32
 DEAD_MS = 5000  # store/dead_ms of sharded runs
 KINDS = ("kill", "stop", "partition", "lossy", "disk", "wipe")
+GATEWAYS = ("g1", "g2")  # node ids 1 and 2
+MEMBERS = ("m1", "m2")
+KAFKA_TOPIC, KAFKA_PARTITIONS, KAFKA_RATE = "nemesis-kafka", 4, 200
+GATEWAY_RECOVERY = 8.0  # seconds after a gateway's fault before the next: its partitions taken back, groups settled
 
 
 @dataclass
@@ -73,12 +87,14 @@ class Fault:
         return f"{self.at:7.1f}s {self.kind:<9} {self.target:<6} for {self.duration:.1f}s"
 
 
-def schedule(seed: int, duration: float, stores: tuple[str, ...] = STORES, store_recovery: float = 4.0) -> list[Fault]:
+def schedule(seed: int, duration: float, stores: tuple[str, ...] = STORES, store_recovery: float = 4.0,
+             gateways: tuple[str, ...] = (), gateway_stops: bool = True) -> list[Fault]:
     """The faults of a run: one every 1.5-5 s, overlapping, none starting in
     the last 5 s; at most one store down at a time, and ``store_recovery``
     seconds after a store's fault before the next store fault (sharded
     stores: a wiped store is a new one, and its old self's partitions are
-    placed again only after store/dead_ms)."""
+    placed again only after store/dead_ms); ``gateways`` are killed and stopped (unless not
+    ``gateway_stops``) too, one at a time."""
     rng = random.Random(seed)
     faults: list[Fault] = []
     busy: dict[str, float] = {}  # target -> when its fault (and a moment to recover) is over
@@ -86,15 +102,17 @@ def schedule(seed: int, duration: float, stores: tuple[str, ...] = STORES, store
                "wipe": (1, 2)}
     t = 2.0
     while t < duration - 5:
-        free = {target for target in ("tower", *stores, *PRODUCERS, "c1", "c2", "link") if busy.get(target, 0) <= t}
+        free = {target for target in ("tower", *stores, *PRODUCERS, "c1", "c2", "link", *gateways)
+                if busy.get(target, 0) <= t}
         store_down = any(busy.get(s, 0) > t for s in stores)
         kind = rng.choice(KINDS)
         if kind in ("disk", "wipe"):
             targets = [] if store_down else sorted(free & set(stores))
         elif kind == "kill":
-            targets = sorted(free & {"tower", *PRODUCERS, "c1", *([] if store_down else stores)})
+            targets = sorted(free & {"tower", *PRODUCERS, "c1", *gateways, *([] if store_down else stores)})
         elif kind == "stop":
-            targets = sorted(free & {"tower", *PRODUCERS, "c1", "c2", *([] if store_down else stores)})
+            targets = sorted(free & {"tower", *PRODUCERS, "c1", "c2", *(gateways if gateway_stops else ()),
+                                     *([] if store_down else stores)})
         else:
             targets = ["link"] if "link" in free else []
         if not targets:
@@ -105,6 +123,9 @@ def schedule(seed: int, duration: float, stores: tuple[str, ...] = STORES, store
         if target in stores:  # back up and caught up before the next store fault
             for store in stores:
                 busy[store] = max(busy.get(store, 0), t + length + store_recovery)
+        elif target in gateways:  # one gateway serves while the other is down, and both again before the next
+            for gateway in gateways:
+                busy[gateway] = max(busy.get(gateway, 0), t + length + GATEWAY_RECOVERY)
         else:
             busy[target] = t + length + 1
         faults.append(Fault(round(t, 1), kind, target, round(length, 1)))
@@ -120,6 +141,7 @@ class Nemesis:
     processes: Processes
     stores: tuple[str, ...] = STORES
     replicas: int = 0  # store/replicas: 0, every store holds everything; else sharded stores (rfc 16)
+    kafka: bool = False  # two Kafka gateways, an idempotent Kafka producer and a Kafka group (module docstring)
     log: list[str] = field(default_factory=list)
     killed_producers: set[str] = field(default_factory=set)
 
@@ -150,6 +172,15 @@ class Nemesis:
         self.producers: list[Role] = []
         for name in PRODUCERS:
             self._start_producer(name)
+        self.gateway_ports = {name: free_port() for name in GATEWAYS} if self.kafka else {}
+        if self.kafka:
+            for name in GATEWAYS:
+                self._start_gateway(name)
+            self.bootstrap = ",".join(f"127.0.0.1:{port}" for port in self.gateway_ports.values())
+            self.roles["kp"] = self.cluster.kafka_producer("kp", self.bootstrap, KAFKA_TOPIC, KAFKA_PARTITIONS,
+                                                           rate=KAFKA_RATE, size=VALUE_SIZE)
+            for name in MEMBERS:
+                self.roles[name] = self.cluster.kafka_member(name, self.bootstrap, KAFKA_TOPIC, "nemesis")
 
     # -- the link ---------------------------------------------------------------
 
@@ -169,8 +200,14 @@ class Nemesis:
         self.roles[name] = role
         self.producers.append(role)
 
+    def _start_gateway(self, name: str) -> None:
+        self.roles[name] = self.cluster.gateway(name, GATEWAYS.index(name) + 1, self.gateway_ports[name],
+                                                "--num-partitions", str(KAFKA_PARTITIONS))
+
     def _restart(self, target: str) -> None:
-        if target == "tower":
+        if target in GATEWAYS:
+            self._start_gateway(target)
+        elif target == "tower":
             self.tower = self.cluster.tower("t", self.tower_sub, self.tower_pub)
         elif target in self.stores:
             old = self.roles[target]
@@ -238,8 +275,8 @@ class Nemesis:
         """Stop the producers (each waits for its acks), wait for the
         consumers to deliver every acked record, and check."""
         for role in list(self.roles.values()):
-            if role.kind == "producer" and role.alive():
-                role.stop(60)
+            if role.kind in ("producer", "kafka-producer") and role.alive():
+                role.stop(90)
         time.sleep(quiet)
         logs = [p.producer_log() for p in self.producers]
         acked = {(log.address, offset) for log in logs for offset in log.acked}
@@ -251,6 +288,7 @@ class Nemesis:
                 print(self.cluster.tails(), self.side_b.tails(), sep="\n")
                 raise
         stores = {name: self.roles[name].db for name in self.stores}
+        kafka_reports = self._check_kafka() if self.kafka else []
         for name in ("c1", "c2", *self.stores):
             self.roles[name].stop(30)
         runs = {**self.cluster.consumer_runs(), **self.side_b.consumer_runs()}
@@ -258,8 +296,43 @@ class Nemesis:
         for name in ("c1", "c2"):
             reports.append(check(f"nemesis {name}", logs, {name: runs[name]}, stores if name == "c1" else None,
                                  stores_required=name == "c1", value_size=VALUE_SIZE))
+        logs += self.cluster.kafka_logs()  # (never killed: a Kafka record sent and not acked is an anomaly)
         unacked = {log.path.rsplit("/", 1)[-1].split(".producer")[0]: len(log.sent - log.acked) for log in logs}
-        return reports, unacked
+        return reports + kafka_reports, unacked
+
+    def _check_kafka(self) -> list[Report]:
+        """The group delivered every record the Kafka producer saw acked, at least once; then a reader of
+        every partition from offset 0 gets each exactly once, in order, and nothing else."""
+        import confluent_kafka
+
+        logs = self.cluster.kafka_logs()
+        acked = {(log.address, n) for log in logs for n in log.acked}
+        try:
+            wait_for(lambda: acked <= self.cluster.delivered("m1") | self.cluster.delivered("m2"), 120,
+                     interval=0.5, what="the Kafka group delivers every acked record")
+        except BaseException:
+            print(self.cluster.tails())
+            raise
+        for name in MEMBERS:
+            self.roles[name].stop(30)
+        runs = self.cluster.consumer_runs()
+        group = check("nemesis kafka group", logs, {name: runs[name] for name in MEMBERS}, required_consumers=[],
+                      value_size=VALUE_SIZE)
+        group.lost = len(acked - self.cluster.delivered("m1") - self.cluster.delivered("m2"))
+        group.redelivered, group.dup = group.dup, 0  # (a group is at least once: a refused commit reads again)
+        reader = confluent_kafka.Consumer({"bootstrap.servers": self.bootstrap, "group.id": "nemesis-reader",
+                                           "enable.auto.commit": False})
+        reader.assign([confluent_kafka.TopicPartition(KAFKA_TOPIC, p, 0) for p in range(KAFKA_PARTITIONS)])
+        deliveries: list[tuple[str, int, bytes]] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not acked <= {(a, n) for a, n, _ in deliveries}:
+            for msg in reader.consume(1000, 0.5):
+                if msg.error() is None:
+                    deliveries.append((*kafka_record(msg.value()), msg.value()))
+        deliveries += [(*kafka_record(m.value()), m.value()) for m in reader.consume(1000, 1.0) if m.error() is None]
+        reader.close()
+        whole = check("nemesis kafka reader", logs, {"reader": [ConsumerRun("", deliveries)]}, value_size=VALUE_SIZE)
+        return [group, whole]
 
     def close(self) -> None:
         self.link.close()
@@ -284,12 +357,15 @@ def table(seed: int, duration: float, faults: list[Fault], reports: list[Report]
 
 
 def run(seed: int, duration: float, workdir: Path, processes: Processes, say=print, *,
-        stores: tuple[str, ...] = STORES, replicas: int = 0) -> tuple[list[Report], str]:
-    """One run; with ``replicas``, sharded stores (``stores`` of them, each partition on ``replicas``)."""
-    faults = schedule(seed, duration, stores, store_recovery=4.0 if not replicas else 4.0 + DEAD_MS / 1000 + 4.0)
+        stores: tuple[str, ...] = STORES, replicas: int = 0, kafka: bool = False,
+        gateway_stops: bool = True) -> tuple[list[Report], str]:
+    """One run; with ``replicas``, sharded stores (``stores`` of them, each partition on ``replicas``); with
+    ``kafka``, Kafka gateways and clients in the mix (``gateway_stops``: SIGSTOPs of gateways too)."""
+    faults = schedule(seed, duration, stores, store_recovery=4.0 if not replicas else 4.0 + DEAD_MS / 1000 + 4.0,
+                      gateways=GATEWAYS if kafka else (), gateway_stops=gateway_stops)
     say(f"nemesis: seed {seed}, {duration:.0f} s, {len(faults)} faults, {len(stores)} stores"
-        + (f", store/replicas {replicas}" if replicas else ""))
-    nemesis = Nemesis(workdir, processes, stores, replicas)
+        + (f", store/replicas {replicas}" if replicas else "") + (", Kafka gateways" if kafka else ""))
+    nemesis = Nemesis(workdir, processes, stores, replicas, kafka)
     try:
         nemesis.run(faults, duration, say)
         reports, unacked = nemesis.finish()
@@ -310,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=90.0, help="seconds of faults before healing")
     ap.add_argument("--stores", type=int, default=len(STORES), help="store processes")
     ap.add_argument("--replicas", type=int, default=0, help="store/replicas: sharded stores (0: each holds all)")
+    ap.add_argument("--kafka", action="store_true", help="two Kafka gateways, a Kafka producer and a Kafka group too")
+    ap.add_argument("--no-gateway-stops", action="store_true",
+                    help="with --kafka: kill gateways, never SIGSTOP them (see tests/faults/test_nemesis.py)")
     a = ap.parse_args(argv)
     seed = a.seed if a.seed is not None else random.randrange(1 << 31)
     processes = Processes()
@@ -318,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         reports, _ = run(seed, a.duration, workdir, processes,
-                         stores=tuple(f"s{n + 1}" for n in range(a.stores)), replicas=a.replicas)
+                         stores=tuple(f"s{n + 1}" for n in range(a.stores)), replicas=a.replicas, kafka=a.kafka,
+                         gateway_stops=not a.no_gateway_stops)
     finally:
         processes.cleanup()
     anomalies = sum(r.anomalies for r in reports)

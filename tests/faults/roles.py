@@ -29,6 +29,17 @@ even after the process was SIGKILLed (the kernel keeps what was written):
   writer's ``_write_batch`` hook), for machines where a tmpfs cannot be
   mounted.
 * tower: ``tower <sub> <pub>`` on stdout, then ``Tower.run()``.
+
+Beside the dafka peers, two Kafka clients (confluent-kafka) of ``dafka kafka``
+gateways, logging in the same formats, so that the same checker reads them:
+
+* kafka-producer: idempotent, ``acks=all``; record ``n`` of partition ``p``
+  goes to that partition explicitly, with :func:`value_for` of the address
+  ``kafka/<p>`` and offset ``n``, and is logged in ``<logdir>/kafka-<p>.producer.log``
+  as a dafka producer's: the producer's own count stands for the offset (Kafka
+  offsets are the gateway's).  SIGTERM stops sending and flushes.
+* kafka-member: a member of a consumer group that commits after each batch it
+  logged; a record is logged as ``kafka/<p> <n> <value>``.
 """
 
 from __future__ import annotations
@@ -285,6 +296,89 @@ def run_tower(args) -> int:
     return 0
 
 
+def kafka_address(partition: int) -> str:
+    """The name a Kafka partition's records go by in the logs (the checker's "address")."""
+    return f"kafka/{partition}"
+
+
+def kafka_record(value: bytes) -> tuple[str, int]:
+    """(address, n) of a value the kafka-producer made with :func:`value_for`."""
+    address, n, _ = value.split(b":", 2)
+    return address.decode(), int(n)
+
+
+def run_kafka_producer(args) -> int:
+    import confluent_kafka
+
+    stop = _Stop()
+    logs = [Log(os.path.join(args.logdir, f"kafka-{p}.producer.log")) for p in range(args.partitions)]
+    for p, log in enumerate(logs):
+        log(f"address {kafka_address(p)}")
+        log(f"topic {args.topic}")
+    errors: list[str] = []
+
+    def delivered(err, msg) -> None:
+        address, n = kafka_record(msg.value())
+        if err is None:
+            logs[int(address.rsplit("/", 1)[1])](f"acked {n}")
+        elif len(errors) < 20:
+            errors.append(str(err))
+            print(f"kafka-producer: {address} {n}: {err}", file=sys.stderr, flush=True)
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": args.bootstrap, "acks": "all",
+                                         "enable.idempotence": True, "linger.ms": 5,
+                                         "topic.metadata.refresh.interval.ms": 1000})
+    print("ready kafka-producer", flush=True)
+    started = time.monotonic()
+    i = 0
+    while not stop:
+        ahead = i / args.rate - (time.monotonic() - started)
+        if ahead > 0:
+            producer.poll(min(ahead, 0.05))
+            continue
+        p, n = i % args.partitions, i // args.partitions
+        logs[p](f"sent {n}")
+        producer.produce(args.topic, value_for(kafka_address(p), n, args.size), partition=p, on_delivery=delivered)
+        producer.poll(0)
+        i += 1
+    left = producer.flush(args.close_timeout)
+    for p, log in enumerate(logs):
+        log(f"done {(i - p + args.partitions - 1) // args.partitions}")
+        log("close ok" if left == 0 else f"close unacked {left}")
+    return 0 if left == 0 and not errors else 3
+
+
+def run_kafka_member(args) -> int:
+    import confluent_kafka
+
+    stop = _Stop()
+    log = Log(args.log)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.group,
+                                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                                         "topic.metadata.refresh.interval.ms": 1000})
+    consumer.subscribe([args.topic])
+    print("ready kafka-member", flush=True)
+    refused = 0
+    while not stop:
+        batch = consumer.consume(500, 0.2)
+        lines = []
+        for msg in batch:
+            if msg.error() is not None:
+                continue
+            address, n = kafka_record(msg.value())
+            lines.append(f"{address} {n} {encode_value(msg.value())}")
+        if lines:
+            log("\n".join(lines))  # (one write: a kill keeps whole lines)
+            try:
+                consumer.commit(asynchronous=False)
+            except confluent_kafka.KafkaException as exc:  # a coordinator lost or moved, a rebalance: at least once
+                refused += 1
+                print(f"kafka-member: commit refused: {exc}", file=sys.stderr, flush=True)
+    consumer.close()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="role", required=True)
@@ -323,10 +417,26 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--sub", required=True)
     t.add_argument("--pub", required=True)
 
+    kp = sub.add_parser("kafka-producer", parents=[common])
+    kp.add_argument("--bootstrap", required=True)
+    kp.add_argument("--topic", required=True)
+    kp.add_argument("--logdir", required=True)
+    kp.add_argument("--partitions", type=int, required=True, help="records go to partitions 0 .. N-1 in turn")
+    kp.add_argument("--rate", type=float, required=True, help="records per second")
+    kp.add_argument("--size", type=int, default=0)
+    kp.add_argument("--close-timeout", type=float, default=60.0)
+
+    km = sub.add_parser("kafka-member", parents=[common])
+    km.add_argument("--bootstrap", required=True)
+    km.add_argument("--topic", required=True)
+    km.add_argument("--group", required=True)
+    km.add_argument("--log", required=True)
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("dafka.store.sharding").setLevel(logging.INFO)  # moves of sharded stores: rare, telling
-    return {"producer": run_producer, "consumer": run_consumer, "store": run_store, "tower": run_tower}[args.role](args)
+    return {"producer": run_producer, "consumer": run_consumer, "store": run_store, "tower": run_tower,
+            "kafka-producer": run_kafka_producer, "kafka-member": run_kafka_member}[args.role](args)
 
 
 if __name__ == "__main__":

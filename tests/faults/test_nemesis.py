@@ -12,6 +12,7 @@ pytestmark = [pytest.mark.nemesis, pytest.mark.timeout(600)]
 
 SEED = 46
 SHARDED_SEED = 41
+KAFKA_SEED = 37
 
 
 def test_nemesis_fixed_seed(processes, tmp_path, fault_report):
@@ -31,3 +32,20 @@ def test_nemesis_with_sharded_stores(processes, tmp_path, fault_report):
         report.scenario += " (sharded, R=2 of 4)"
         fault_report(report)
     assert "ANOMALY" not in text, text
+
+
+def test_nemesis_with_kafka_gateways(processes, tmp_path, fault_report):
+    """The same kinds of faults with two Kafka gateways in the mix, each killed once: an idempotent
+    confluent-kafka producer loses nothing and stores nothing twice, and its group reads everything.  The
+    gateways are not SIGSTOPped here: stopped beyond the others' 3 s alone (test_kafka_failover.py) they
+    hand over and take back cleanly, but in this mix a partition could still end with no writer (the note of
+    2026-12-05; python tests/faults/nemesis.py --kafka runs it with stops)."""
+    faults = nemesis.schedule(KAFKA_SEED, 75.0, gateways=nemesis.GATEWAYS, gateway_stops=False)
+    assert {f.target for f in faults if f.kind == "kill"} >= set(nemesis.GATEWAYS)  # the seed's, checked
+    assert any(f.kind in ("kill", "wipe") and f.target in nemesis.STORES for f in faults)
+    reports, text = nemesis.run(KAFKA_SEED, 75.0, tmp_path / "nemesis", processes, kafka=True, gateway_stops=False)
+    for report in reports:
+        report.extra["seed"] = KAFKA_SEED
+        fault_report(report)
+    assert "ANOMALY" not in text, text
+    assert [r.scenario for r in reports][-2:] == ["nemesis kafka group", "nemesis kafka reader"]
