@@ -13,6 +13,10 @@ Per record size, on one cluster (a tower, a store process):
   ``linger.ms`` (5 ms), once at 0 (a Produce request a record);
 * **rebalance**: three confluent-kafka members of a group, stable; one
   leaves, and the time until both others have their new assignment;
+* **failover**: two gateways, an idempotent producer and a group member at
+  2,000 records/s; the group's coordinator SIGKILLed: the seconds to the
+  first ack of a record produced after the kill to a partition it led, and
+  to the group's first record after its rebalance;
 * **secured**: produce and fetch again through a second gateway over TLS
   with SASL/SCRAM-SHA-512 (a self-signed certificate made by openssl), the
   ratio to the plain gateway's rates of the same run.
@@ -176,6 +180,68 @@ print(json.dumps({"stable": stable, "ok": ok, "seconds": max(changed[:2]) - left
 """
 
 
+FAILOVER = """
+import json, os, signal, struct, sys, threading, time
+import confluent_kafka
+bootstrap, topic, victim_pid, victim_node, group = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+rate, partitions = 2000, 4
+p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                              "linger.ms": 5, "topic.metadata.refresh.interval.ms": 1000})
+c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": True,
+                              "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                              "heartbeat.interval.ms": 500, "topic.metadata.refresh.interval.ms": 1000})
+state = {"killed": None, "victim": set(), "acked": None, "assigned": None, "read": None, "failed": 0}
+stop = threading.Event()
+
+def delivered(err, msg):
+    if err is not None:
+        state["failed"] += 1
+        return
+    sent = struct.unpack(">d", msg.value()[:8])[0]
+    killed = state["killed"]
+    if killed is not None and sent > killed and msg.partition() in state["victim"] and state["acked"] is None:
+        state["acked"] = time.monotonic() - killed
+
+def produce():
+    i, start = 0, time.monotonic()
+    while not stop.is_set():
+        if i / rate > time.monotonic() - start:
+            p.poll(0.001)
+            continue
+        p.produce(topic, struct.pack(">d", time.monotonic()) + b"x" * 92, partition=i % partitions,
+                  on_delivery=delivered)
+        p.poll(0)
+        i += 1
+    p.flush(60)
+
+def assigned(consumer, parts):
+    if state["killed"] is not None and state["assigned"] is None:
+        state["assigned"] = time.monotonic()
+
+thread = threading.Thread(target=produce)
+thread.start()
+c.subscribe([topic], on_assign=assigned)
+deadline, steady = time.monotonic() + 60, None
+while time.monotonic() < deadline and (steady is None or time.monotonic() < steady + 3):
+    if c.consume(1000, 0.1) and steady is None:
+        steady = time.monotonic()
+meta = p.list_topics(topic, 10).topics[topic].partitions
+state["victim"] = {i for i, part in meta.items() if part.leader == victim_node}
+state["killed"] = time.monotonic()
+os.kill(victim_pid, signal.SIGKILL)
+deadline = time.monotonic() + 90
+while time.monotonic() < deadline and (state["read"] is None or state["acked"] is None):
+    for m in c.consume(1000, 0.1):
+        if m.error() is None and state["assigned"] is not None and state["read"] is None:
+            state["read"] = time.monotonic() - state["killed"]
+stop.set()
+thread.join()
+c.close()
+print(json.dumps({"produce_s": state["acked"], "group_s": state["read"], "victim_partitions": len(state["victim"]),
+                  "failed": state["failed"]}))
+"""
+
+
 def available() -> bool:
     try:
         import confluent_kafka  # noqa: F401
@@ -276,6 +342,32 @@ def _secured_gateway(run: ModuleType, cluster, work: Path) -> tuple[Gateway, dic
                      "sasl.username": "bench", "sasl.password": "bench-password"}
 
 
+def failover(run: ModuleType, cluster, work: Path) -> dict:
+    """Two gateways, four partitions, an idempotent confluent-kafka producer at 2,000 records/s and a group
+    member; the gateway that coordinates the group (and leads some partitions) SIGKILLed: the seconds from
+    the kill to the first ack of a record produced after it to a partition the dead one led, and to the
+    group's first record after it was assigned its partitions again."""
+    group = next(name for name in (f"failover-{i}" for i in range(100)) if _leader_of_two(name) == 1)
+    gateways = [Gateway(run, cluster, work / f"gateway-failover-{node}.log", 4, "--node-id", str(node))
+                for node in (1, 2)]
+    try:
+        time.sleep(2.0)  # each hears the other
+        bootstrap = ",".join(g.bootstrap for g in gateways)
+        return _client(FAILOVER, str(work), bootstrap, "bench-failover", gateways[0].proc.pid, 1, group)
+    finally:
+        for gateway in gateways:
+            gateway.close()
+
+
+def _leader_of_two(group: str) -> int:
+    """The node id, of gateways 1 and 2, that coordinates ``group`` (the gateways' own hashing)."""
+    from dafka.kafka.gateways import Gateways, Node, group_key
+
+    view = Gateways(Node(1, "h", 1))
+    view.on_announcement(Node(2, "h", 2), False, 0.0)
+    return view.leader(group_key(group)).node_id
+
+
 def run_size(run: ModuleType, records: int, size: int, rate: int, latency_seconds: float, out: dict) -> dict:
     """Fills ``out`` as it goes: a part that fails leaves the others' figures."""
     out.update(size=size, records=records)
@@ -305,7 +397,11 @@ def run_size(run: ModuleType, records: int, size: int, rate: int, latency_second
             gateway.close()
             gateway = Gateway(run, cluster, Path(work) / "gateway-6.log", partitions=6)
             out["rebalance"] = _client(REBALANCE, work, gateway.bootstrap, "bench-rebalance")
-        gateway.close()
+            gateway.close()
+            gateway = None
+            out["failover"] = failover(run, cluster, Path(work))
+        if gateway is not None:
+            gateway.close()
         gateway = None
         secured = _secured_gateway(run, cluster, Path(work))
         if isinstance(secured, str):
@@ -369,6 +465,15 @@ def report(results: list[dict]) -> list[str]:
             rb = r["rebalance"]
             lines.append("  3-member group, one leaves: " + (f"rebalanced in {rb['seconds'] * 1000:.0f} ms"
                                                               if rb["ok"] else "DID NOT REBALANCE"))
+        if "failover" in r:
+            fo = r["failover"]
+
+            def seconds(value: float | None) -> str:
+                return "NEVER" if value is None else f"{value:.1f} s"
+            lines.append(f"  two gateways, the group's coordinator SIGKILLed: first ack on the other "
+                         f"{seconds(fo['produce_s'])} (of {fo['victim_partitions']} partitions it led), the group's "
+                         f"first record after its rebalance {seconds(fo['group_s'])}"
+                         + (f", {fo['failed']} records FAILED" if fo["failed"] else ""))
     return lines
 
 
