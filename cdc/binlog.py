@@ -128,7 +128,7 @@ class BinlogState:
     def begin_snapshot(self, file: str, pos: int, commit_ms: int, tables: list[str]) -> list[Out]:
         """Rows read in a snapshot consistent with binlog position ``file:pos`` follow, as op ``r``; they stand
         just below that position, where the first transaction streamed after them starts.  A truncate of each
-        of ``tables`` ("db.table") comes first (:meth:`Transactions.begin_snapshot`)."""
+        of ``tables`` ("db.table") comes first (:meth:`Transactions.truncate_all`)."""
         self.txns.begin(position(file, pos) - 1, None, commit_ms, snapshot=True, file=file, pos=pos, gtid=None)
         return self.txns.truncate_all([table.partition(".")[::2] for table in tables])
 

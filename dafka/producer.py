@@ -619,8 +619,7 @@ class Producer(Generic[V]):
                 if state.asks_due:  # a twin went: its last records may be newer than the answers heard
                     state.asks_due = False
                     self._ask_heads()
-                    for delay in _RESUME_ASKS:
-                        self._loop.call_later(delay, self._ask_heads)
+                    self._ask_heads_again()
                 self._loop.run_once(0.01)
                 self._poll_subscriptions()
         finally:
@@ -636,6 +635,12 @@ class Producer(Generic[V]):
     def _ask_heads(self) -> None:
         if self._resume is not None:
             self._pub.send_multipart(self._resume.ask(time.monotonic()))
+
+    def _ask_heads_again(self) -> None:
+        """Ask the stores again a little later (_RESUME_ASKS): an answer is lost while our own SUB to its
+        store is not subscribed yet."""
+        for delay in _RESUME_ASKS:
+            self._loop.call_later(delay, self._ask_heads)
 
     def _fence(self, twins: list[str]) -> None:
         """Another live process beacons our address: stop writing the partition."""
@@ -772,8 +777,7 @@ class Producer(Generic[V]):
                 if self._resume is not None and sub.subscribe and sub.msg_id == proto.GET_HEADS:
                     # A store reader: ask every store now, and again while the way back may not be up yet.
                     self._pub.send_multipart(self._resume.on_store_reader(time.monotonic()))
-                    for delay in _RESUME_ASKS:
-                        self._loop.call_later(delay, self._ask_heads)
+                    self._ask_heads_again()
         answers = self._state.heads_at_out
         if answers:
             for frames in answers:  # (before the HEAD: the consumer knows where to start when it comes)

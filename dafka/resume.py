@@ -49,10 +49,10 @@ The rules, and why:
    by then such a process has been heard even if the towers' replay missed
    it.  A killed predecessor's beacon expires within ``beacon/timeout``; one
    still beaconing at the timeout raises :class:`PartitionClaimed`.  Once a
-   twin is gone the stores are asked again: it may have written until then.  Once running,
-   the producer beacons the partition's address, and stops writing if it
-   ever sees another peer beacon it too: two processes never write one
-   partition.
+   twin is gone the stores are asked again: it may have written until then.
+   Once running, the producer beacons the partition's address, and stops
+   writing if it ever sees another peer beacon it too: two processes never
+   write one partition.
 """
 
 from __future__ import annotations

@@ -170,8 +170,9 @@ class StallGuard:
 
     def observe(self, now: float) -> bool:
         """True once for each stall: when the gap since the last observation exceeds the limit."""
-        gap = 0.0 if self._seen is None else now - self._seen
-        self._seen = max(now, self._seen or now)
+        if self._seen is None:
+            self._seen = now
+        gap, self._seen = now - self._seen, max(now, self._seen)
         if gap <= self.limit:
             return False
         self.count += 1

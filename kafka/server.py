@@ -429,9 +429,7 @@ class KafkaGateway:
         for group in set(mapping.coordinator.groups) | set(self._offset_producers) | set(self._loaded):
             if not mapping.leads_group(group):
                 mapping.loading.discard(group)
-                self._deliver(mapping.hand_over(group))
-                self._loaded.pop(group, None)
-                producer = self._offset_producers.pop(group, None)
+                producer = self._hand_over_group(group)
                 if producer is not None:
                     self._in_background(producer.stop())
                 log.info("group %r: coordinated by node %d now", group, mapping.gateways.leader(group_key(group)).node_id)
@@ -443,13 +441,7 @@ class KafkaGateway:
             producer = self.producers.get(key)
             if producer is None or self.mapping.leads(*key):
                 return
-            del self.producers[key]
-            noted = self._sequence_producers.pop(key)
-            self._heard(key[0], producer.address, producer.next_offset - 1)
-            view = self.views.get(key[0])
-            if view is not None:
-                view.unsure.add(key[1])
-            self.mapping.sequences.partitions.pop(key, None)  # the new leader reads them back from the notes
+            noted = self._forget_partition(key, producer)
             for stopping in (producer, noted):
                 try:
                     await stopping.stop()
@@ -458,21 +450,38 @@ class KafkaGateway:
         log.info("%s/%d: led by node %d now: let go", key[0], key[1],
                  self.mapping.gateways.leader(partition_key(*key)).node_id)
 
+    def _forget_partition(self, key: tuple[str, int], producer: AsyncProducer[bytes]) -> AsyncProducer[bytes]:
+        """Take ``producer``, this gateway's of ``key``, and its sequences producer (returned, for the caller to
+        stop) out of its tables: the head it reached kept as heard, the partition unsure in its view, and its
+        idempotent batches left to whoever resumes it, who reads them back from the notes."""
+        assert self.mapping is not None
+        del self.producers[key]
+        noted = self._sequence_producers.pop(key)
+        self._heard(key[0], producer.address, producer.next_offset - 1)
+        view = self.views.get(key[0])
+        if view is not None:
+            view.unsure.add(key[1])
+        self.mapping.sequences.partitions.pop(key, None)
+        return noted
+
+    def _hand_over_group(self, group: str) -> AsyncProducer[bytes] | None:
+        """Forget a group this gateway no longer answers for: its waiting requests get NOT_COORDINATOR, its
+        commits are read back from the cluster next time; returns its offsets producer, for the caller to stop."""
+        assert self.mapping is not None
+        self._deliver(self.mapping.hand_over(group))
+        self._loaded.pop(group, None)
+        return self._offset_producers.pop(group, None)
+
     def _claimed(self, key: tuple[str, int]) -> None:
         """Another live process writes this partition (a gateway that took it over while this one was stopped
         or unheard, and the other way round): rfc 15 stopped this gateway's producer of it.  Drop it and its
         sequences producer at once, so that their beacons go and the gateway that leads the partition now
         resumes it; that is this one again when its view says so (its resume waits the other's beacon out)."""
         assert self.mapping is not None
-        producer = self.producers.pop(key, None)
-        noted = self._sequence_producers.pop(key, None)
+        producer = self.producers.get(key)
         if producer is None:
             return
-        self._heard(key[0], producer.address, producer.next_offset - 1)
-        view = self.views.get(key[0])
-        if view is not None:
-            view.unsure.add(key[1])
-        self.mapping.sequences.partitions.pop(key, None)  # read back from the notes by whoever resumes it
+        noted = self._forget_partition(key, producer)
         leads = self.mapping.leads(*key)
         log.warning("%s/%d: let go (written by another gateway too, or after a stall)%s", key[0], key[1],
                     ": resumed again once any other writer is gone" if leads else "")
@@ -501,10 +510,7 @@ class KafkaGateway:
             if claimed(producer):
                 log.warning("group %r: its commits let go (written by another gateway too, or after a stall): "
                             "handed over", group)
-                del self._offset_producers[group]
-                self._loaded.pop(group, None)
-                self._deliver(self.mapping.hand_over(group))
-                self._in_background(_stop_now(producer))
+                self._in_background(_stop_now(self._hand_over_group(group)))
         if claimed(self._registry):
             assert self._registry is not None
             log.warning("the partition registry: let go (written by another gateway too, or after a stall)")
