@@ -165,6 +165,8 @@ class MysqlCapture(Capture):
             try:
                 cur.execute("SHOW BINARY LOGS")
             except pymysql.err.OperationalError as exc:
+                if exc.args and exc.args[0] in _SERVER_AWAY:  # (a restart under way: tried again, not a grant)
+                    raise ServerUnavailable(f"MySQL went away during the checks: {exc.args[-1]}") from exc
                 raise CdcError(f"user {user} may not read the binlog: GRANT REPLICATION SLAVE, REPLICATION CLIENT "
                                f"ON *.* TO {user}") from exc
             keys: dict[str, list[str]] = {}
