@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import shutil
 import signal
 import socket
@@ -32,11 +33,46 @@ def loopback_config(tower: Tower | None = None, **overrides: object) -> Config:
     return Config.load(overrides=values)
 
 
+def _ports_below_the_ephemeral_range() -> range:
+    """This worker's slice of the ports below the kernel's ephemeral range.
+
+    A number the kernel hands out for port 0 lies in the ephemeral range,
+    where any outgoing connection of the parallel suite may take it as its
+    local port between our pick and the server's bind (CI saw MariaDB abort
+    on "Address already in use").  Below that range only a listener binds,
+    and each xdist worker draws from its own slice."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    ports = range(max(1024, low - 12_000), low)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    size = len(ports) // max(workers, index + 1)
+    return ports[index * size:(index + 1) * size]
+
+
+_PORTS = _ports_below_the_ephemeral_range()
+_next_port = random.randrange(len(_PORTS))
+
+
 def free_port() -> int:
-    """A TCP port nobody listens on right now (bind to 0, close, reuse the number)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 nobody holds right now, below the ephemeral
+    range so that no outgoing connection takes it before the server binds it;
+    successive calls return different numbers."""
+    global _next_port
+    for _ in range(len(_PORTS)):
+        port = _PORTS[_next_port % len(_PORTS)]
+        _next_port += 1
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_PORTS}")
 
 
 def curve_settings(keys: dict[str, str], peer: str, cluster: str = "cluster", **extra: object) -> dict[str, object]:

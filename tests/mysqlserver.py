@@ -41,16 +41,22 @@ class MysqlServer:
         self.root = tempfile.mkdtemp(prefix="dafka-mysql-")
         self.data = os.path.join(self.root, "data")
         self.socket = os.path.join(self.root, "mysqld.sock")
+        # Its own tmpdir: two servers installed at once in the shared /tmp
+        # collided over a temporary table's file ("Unknown table 'mysql.tmp_user_sys'").
+        self.tmp = os.path.join(self.root, "tmp")
+        os.mkdir(self.tmp)
         self.port = free_port()
         user = "mysql" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
         if os.geteuid() == 0:
             pw = pwd.getpwnam("mysql")
             os.chown(self.root, pw.pw_uid, pw.pw_gid)
+            os.chown(self.tmp, pw.pw_uid, pw.pw_gid)
         subprocess.run(["mariadb-install-db", f"--datadir={self.data}", f"--user={user}",
-                        "--auth-root-authentication-method=normal", "--skip-test-db"],
+                        "--auth-root-authentication-method=normal", "--skip-test-db", f"--tmpdir={self.tmp}"],
                        check=True, capture_output=True, timeout=120)
         self.log = open(os.path.join(self.root, "log"), "w")
         self.args = [server, "--no-defaults", f"--datadir={self.data}", f"--socket={self.socket}", f"--port={self.port}",
+                     f"--tmpdir={self.tmp}",
                      "--bind-address=127.0.0.1", f"--user={user}", "--server-id=1", "--log-bin=binlog",
                      f"--binlog-format={binlog_format}", "--binlog-row-image=FULL", "--binlog-row-metadata=FULL",
                      "--innodb-buffer-pool-size=64M",

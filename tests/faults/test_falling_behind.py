@@ -27,13 +27,17 @@ SMALL_QUEUES = {"consumer__receive_bytes": 1 << 20, "producer__send_bytes": 1 <<
                 "producer__head_interval": 60_000}
 
 
-def stop_mid_stream(cluster, producer, consumer, pause: float) -> int:
+def stop_mid_stream(cluster, producer, consumer, pause: float, until_sent: int = 0) -> int:
     """SIGSTOP ``consumer`` once it has read some of the stream, for ``pause``
-    seconds; returns how many records the producer had sent by then."""
+    seconds and until the producer's counters show ``until_sent`` records sent
+    (a loaded machine sends 10,000/s late, and a role's counters on disk lag
+    by a snapshot); returns how many records the producer had sent by then."""
     consumer.wait_stat(lambda s: s.get("delivered", 0) >= 200, 20, "the consumer reads the live stream")
     consumer.send_signal(signal.SIGSTOP)
     try:
         time.sleep(pause)
+        if until_sent:
+            producer.wait_stat(lambda s: s.get("sent", 0) >= until_sent, 30, f"{until_sent} records sent")
         sent = producer.stats().get("sent", 0)
     finally:
         consumer.send_signal(signal.SIGCONT)
@@ -50,7 +54,7 @@ def test_a_stopped_consumer_recovers_every_record(cluster, fault_report, size, w
     behind = cluster.consumer("behind", TOPIC, **queues)
     producer = cluster.producer("p1", TOPIC, count=n, rate=10_000, size=size, wait_peers=2 + 2 * len(stores),
                                 hold=True, producer__min_acks=len(stores), producer__max_unacked=n + 1, **queues)
-    sent_while_stopped = stop_mid_stream(cluster, producer, behind, 2.5)
+    sent_while_stopped = stop_mid_stream(cluster, producer, behind, 2.5, until_sent=n - 1)
     assert sent_while_stopped >= n - 1, "the stream was to end while the consumer was stopped"
     address = producer.producer_log().address
     expected = {(address, o) for o in range(n)}
