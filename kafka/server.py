@@ -592,15 +592,16 @@ class KafkaGateway:
                 self._discard(list(resuming.values()))
                 return
             count = partitions or self.num_partitions
-        self._discard([f for i, f in resuming.items() if i >= count or foreign])
+        led = [] if foreign else [i for i in range(count) if self.mapping.leads(name, i)]
+        # (one resumed while the survey ran whose leader changed meanwhile beacons as a twin until stopped)
+        self._discard([f for i, f in resuming.items() if i not in led])
         for i in range(count):
             if (name, i) not in self.producers:
                 self._heard(name, address_of(name, i), found.get(address_of(name, i), -1))
         if foreign:  # read-only: its gateway partitions (written before) are not resumed
             await self._number(name, foreign, count)
         else:
-            await asyncio.gather(*(self._partition((name, i), resuming.get(i))
-                                   for i in range(count) if self.mapping.leads(name, i)))
+            await asyncio.gather(*(self._partition((name, i), resuming.get(i)) for i in led))
         self.views[name] = self._view(name, count)
         log.info("topic %r: %d partition(s), %d written by dafka producers", name, self.views[name].count,
                  len(foreign))
@@ -673,8 +674,11 @@ class KafkaGateway:
                 leader = self.mapping.gateways.leader(partition_key(topic, index)).node_id
                 failed = DafkaError(f"{topic}/{index} is led by node {leader} now: let go")
         if failed is not None:
-            for producer in producers:
-                await producer.stop()
+            for producer in producers:  # each one stopped, whatever another's stop raised (a leftover beacons)
+                try:
+                    await producer.stop()
+                except DafkaError as exc:
+                    log.warning("%s/%d: a resume in vain: %s", topic, index, exc)
             raise failed
         self.producers[key], self._sequence_producers[key] = producers
         view = self.views.get(topic)

@@ -148,3 +148,42 @@ def test_the_stall_guard_counts_each_stall_of_the_loop_once():
     assert not guard.observe(104.5) and not guard.observe(104.6) and guard.count == 1  # once per stall
     assert not guard.observe(103.0)  # (a clock read late by another caller: no gap, nothing goes back)
     assert guard.observe(110.0) and guard.count == 2
+
+
+def test_a_partition_resumed_while_its_topic_was_surveyed_is_stopped_when_its_leader_changed_meanwhile():
+    """A request that may create a topic resumes the partitions this gateway leads while the survey runs.
+    One whose leader changed meanwhile is not this gateway's to write: left running, it beaconed its
+    partition's address for good, and the gateway that leads it could never resume it (nemesis, stops)."""
+    import asyncio
+
+    from dafka.kafka.server import KafkaGateway
+    from helpers import loopback_config
+
+    class Resumed:
+        stopped = 0
+
+        async def stop(self, timeout=None):
+            Resumed.stopped += 1
+
+    class Leads:
+        surveyed = False
+
+        def leads(self, topic, index):
+            return not self.surveyed  # every partition this gateway's before the survey, none after
+
+    async def learn():
+        gateway = KafkaGateway(loopback_config())
+        gateway.mapping = leads = Leads()
+
+        def survey(topic):
+            leads.surveyed = True
+            return {}
+        gateway._producer = lambda topic, index: Resumed()
+        gateway._survey = survey
+        await gateway._learn("t", create=True, partitions=3)
+        await asyncio.gather(*gateway._background)
+        return gateway
+
+    gateway = asyncio.run(asyncio.wait_for(learn(), 30))
+    assert Resumed.stopped == 3 and gateway.producers == {}
+    assert gateway.views["t"].count == 3
