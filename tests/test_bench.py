@@ -68,6 +68,7 @@ def test_benchmark_runs_and_reports_every_scenario(processes, tmp_path):
     for process, cpu in run["direct"]["cpu_us"].items():
         assert cpu is not None and cpu > 0, process
     kafka, = results["kafka"]["kafka"]  # one size: through the gateway, plain and over TLS with SCRAM
+    assert "error" not in kafka and "error" not in kafka["failover"], kafka
     assert kafka["kafka_produce"]["failed"] == 0 and kafka["kafka_consume"]["received"] >= 2000, kafka
     assert kafka["secured"]["consume"]["received"] >= 2000 and kafka["secured"]["produce"]["failed"] == 0, kafka
     assert kafka["latency"]["received"] == kafka["latency"]["sent"] and kafka["latency_linger_0"]["p99_ms"] > 0
