@@ -1,5 +1,6 @@
-"""Builds the optional compiled twins (dafka/extensions.py): dafka/_cpacking.pyx, dafka/outbox.py
-compiled as dafka._coutbox with the types of dafka/_coutbox.pxd, and kafka/_crecords.pyx (dafka.kafka).
+"""Builds the optional compiled twins (dafka/core/extensions.py): dafka/protocol/_cpacking.pyx,
+dafka/producer/outbox.py compiled as dafka.producer._coutbox with the types of dafka/producer/_coutbox.pxd,
+and kafka/_crecords.pyx (dafka.kafka).
 
 Everything else about the package is in pyproject.toml.  A twin that cannot be
 built (no Cython, no C compiler, a compile error) leaves the package in pure
@@ -15,8 +16,8 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-TWINS = [Extension("dafka._cpacking", ["dafka/_cpacking.pyx"]),
-         Extension("dafka._coutbox", ["dafka/outbox.py"]),  # the pure module itself, typed by _coutbox.pxd
+TWINS = [Extension("dafka.protocol._cpacking", ["dafka/protocol/_cpacking.pyx"]),
+         Extension("dafka.producer._coutbox", ["dafka/producer/outbox.py"]),  # the pure module itself, typed by _coutbox.pxd
          Extension("dafka.kafka._crecords", ["kafka/_crecords.pyx"])]  # the Kafka gateway's record codec
 NOTICE = "dafka: the compiled extensions were not built ({}); dafka runs in pure Python, slower"
 

@@ -115,7 +115,7 @@ def run_ab(run: ModuleType, rev: str, rounds: int, sizes: list[int], records: in
     work = Path(tempfile.mkdtemp(prefix="dafka-bench-ab-"))
     try:
         new = install(None, work / "new")
-        ran = subprocess.run([new, "-c", "from dafka import extensions; print(extensions.summary())"], cwd=work,
+        ran = subprocess.run([new, "-c", "from dafka.core import extensions; print(extensions.summary())"], cwd=work,
                              check=True, capture_output=True, text=True).stdout.strip()
         print(f"new side: {ran}", flush=True)
         old = without_extensions(new, work / "pure") if rev == PURE else install(commit, work / "old")

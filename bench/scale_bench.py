@@ -72,8 +72,8 @@ def raise_fd_limit() -> int:
 def simulate(a: argparse.Namespace) -> None:
     import zmq
 
-    from dafka import proto
-    from dafka.peer import new_address
+    from dafka import protocol as proto
+    from dafka.core.peer import new_address
 
     raise_fd_limit()
     ctx = zmq.Context()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from dafka import FlushTimeout, Producer, partition_address
-from dafka import peer_info
+from dafka.discovery import peer_info
 from dafka.config import Config
 
 log = logging.getLogger(__name__)

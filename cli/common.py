@@ -31,8 +31,8 @@ EXIT_SIGINT = 128 + signal.SIGINT  # 130
 EXIT_SIGTERM = 128 + signal.SIGTERM  # 143
 
 _SAID_BY_TOOL = {
-    "dafka.beacon": "%s %s: no tower answers",
-    "dafka.producer": "producer %s closed with %d records unacked (terminate_unacked)",
+    "dafka.discovery.beacon": "%s %s: no tower answers",
+    "dafka.producer.producer": "producer %s closed with %d records unacked (terminate_unacked)",
 }
 
 

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from dafka.security import generate_keys
+from dafka.core.security import generate_keys
 
 
 @click.command("keygen")

@@ -31,7 +31,7 @@ from .stored import main as store
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from dafka import extensions
+    from dafka.core import extensions
 
     click.echo(f"dafka, version {__version__}\n{extensions.summary()}")
     ctx.exit()

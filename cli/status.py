@@ -1,5 +1,5 @@
 """``dafka status``: who is alive, and the heads of every topic and partition
-(the survey itself is :mod:`dafka.survey`).
+(the survey itself is :mod:`dafka.discovery.survey`).
 
 What ``kafka-topics --describe`` and consumer-lag views give Kafka users, got
 the Dafka way: the tool joins the mesh for a moment as a consumer peer, and
@@ -25,7 +25,7 @@ import threading
 import click
 
 from dafka.mirror.provenance import read_site
-from dafka.survey import StatusPeer, Survey
+from dafka.discovery.survey import StatusPeer, Survey
 
 from .common import (
     CONTEXT_SETTINGS,

@@ -15,9 +15,10 @@ __version__ = "0.2.0"
 _WHERE = {
     "BufferFull": "errors", "Closed": "errors", "DafkaError": "errors", "FlushTimeout": "errors",
     "RecordTooLarge": "errors", "ResumeError": "errors", "PartitionClaimed": "errors",
-    "Config": "config", "ConfigError": "config", "Consumer": "consumer",
-    "Producer": "producer", "SendHandle": "producer", "Record": "records", "RecordMetadata": "records",
-    "TopicPartition": "records", "ConsumerRebalanceListener": "membership", "partition_address": "peer",
+    "Config": "config", "ConfigError": "config", "Consumer": "consumer.consumer",
+    "Producer": "producer.producer", "SendHandle": "producer.producer", "Record": "records",
+    "RecordMetadata": "records", "TopicPartition": "records", "ConsumerRebalanceListener": "groups.membership",
+    "partition_address": "core.peer",
 }
 
 __all__ = [
@@ -42,9 +43,9 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from .config import Config, ConfigError
-    from .consumer import Consumer
+    from .consumer.consumer import Consumer
+    from .core.peer import partition_address
     from .errors import BufferFull, Closed, DafkaError, FlushTimeout, PartitionClaimed, RecordTooLarge, ResumeError
-    from .membership import ConsumerRebalanceListener
-    from .peer import partition_address
-    from .producer import Producer, SendHandle
+    from .groups.membership import ConsumerRebalanceListener
+    from .producer.producer import Producer, SendHandle
     from .records import Record, RecordMetadata, TopicPartition

@@ -41,13 +41,13 @@ from typing import Any, Callable, Generator, Generic, Iterable, Sequence, TypeVa
 
 import zmq
 
-from .attributes import Attributes
-from .attributes import sizes as attribute_sizes
-from .consumer import Consumer, ConsumerOptions
+from .consumer.consumer import Consumer, ConsumerOptions
+from .core.peer import ConfigLike
 from .errors import BufferFull, Closed, FlushTimeout
-from .membership import Callback, ConsumerRebalanceListener
-from .peer import ConfigLike
-from .producer import Producer, SendHandle
+from .groups.membership import Callback, ConsumerRebalanceListener
+from .producer.producer import Producer, SendHandle
+from .protocol.attributes import Attributes
+from .protocol.attributes import sizes as attribute_sizes
 from .records import Record, RecordMetadata, TopicPartition
 
 __all__ = ["AsyncConsumer", "AsyncProducer", "SendFuture", "TopicPartition"]
@@ -590,7 +590,7 @@ class AsyncProducer(Generic[V]):
         While the unacked buffer lacks room for them all, waits for it without blocking the loop
         (:class:`BufferFull` after ``producer/send_timeout``); a burst larger than the whole buffer goes
         record by record, as :meth:`send`.  Wait for the acks with ``SendFuture(producer, last offset)``.
-        ``attributes``: each record's (:mod:`dafka.attributes`; None: none)."""
+        ``attributes``: each record's (:mod:`dafka.protocol.attributes`; None: none)."""
         if self._producer._release_listener is None:
             self._attach()
         raws: Sequence[bytes] = values if self.value_serializer is None \

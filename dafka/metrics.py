@@ -26,10 +26,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import REGISTRY, start_http_server
-
-from . import peer_info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
+
+from .discovery import peer_info
 
 PARTITIONS_CAP = 100
 

@@ -16,7 +16,7 @@ class Record(NamedTuple, Generic[V]):
     ``partition`` is the producer's address; ``offset`` its sequence number.
     A named tuple, like kafka-python's ``ConsumerRecord``: it unpacks
     (``topic, partition, offset, value = record``), and a consumer builds it
-    with no Python code run per record (:func:`dafka.packing.split_records`), in a third of the
+    with no Python code run per record (:func:`dafka.protocol.packing.split_records`), in a third of the
     time a frozen dataclass took."""
 
     topic: str

@@ -17,7 +17,7 @@ import tempfile
 from local_cluster import local_cluster
 
 from dafka import Consumer, Producer
-from dafka.security import generate_keys
+from dafka.core.security import generate_keys
 
 
 def main() -> None:

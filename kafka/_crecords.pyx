@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled twin of kafka/records.py (dafka/extensions.py): the same
+"""The compiled twin of kafka/records.py (dafka/core/extensions.py): the same
 functions with the same results, in C loops.  tests/test_kafka_protocol.py
 checks them against the pure ones for any input (hypothesis)."""
 
@@ -12,7 +12,7 @@ from libc.string cimport memcpy
 from dafka.kafka.wire import DecodeError
 
 cdef object KafkaRecord = None  # dafka.kafka.records' class, taken at the first call: that module imports this one
-from dafka.attributes import NO_TIME
+from dafka.protocol.attributes import NO_TIME
 
 
 cdef inline int64_t _varint(const uint8_t* p, Py_ssize_t end, Py_ssize_t* pos) except? -1:
@@ -101,7 +101,7 @@ cdef list _read(bytes body, count, first_ts, list keys, list held=None):
             header_value = _blob(p, end, &pos, _varint(p, end, &pos))
             if not columns:
                 headers.append((name, header_value))
-            else:  # dafka's encoding of the headers (dafka/attributes.py): u32 LE lengths, 2^32-1 for null
+            else:  # dafka's encoding of the headers (dafka/protocol/attributes.py): u32 LE lengths, 2^32-1 for null
                 blob.u32le(<uint64_t>n)
                 blob.raw(<const char*>p + name_start, <Py_ssize_t>n)
                 if header_value is None:

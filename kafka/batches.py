@@ -17,7 +17,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from dafka.attributes import Attributes
+from dafka.protocol.attributes import Attributes
 
 from .records import NO_TIMESTAMP, KafkaRecord, encode_records, read_columns, read_records
 from .wire import DecodeError, uvarint

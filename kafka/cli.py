@@ -20,7 +20,7 @@ from dafka.cli.common import (
     setup_logging,
     stop_event_on_signals,
 )
-from dafka import peer_info
+from dafka.discovery import peer_info
 
 from .acl import AclError, load_acl
 from .sasl import MECHANISMS, PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, CredentialsError, ScramCredential, Users, \

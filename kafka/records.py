@@ -7,7 +7,7 @@ reads and writes those bodies; :mod:`dafka.kafka.batches` does the batch
 header, CRC and compression around them.
 
 It has a compiled twin, ``kafka/_crecords.pyx``, that gives the same result
-for any input in a C loop (:mod:`dafka.extensions`; ``DAFKA_NO_EXTENSIONS=1``
+for any input in a C loop (:mod:`dafka.core.extensions`; ``DAFKA_NO_EXTENSIONS=1``
 keeps this pure one): the profile of a Produce of 100-byte records had 94 %
 of the gateway's CPU in these loops.
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from dafka import extensions
-from dafka.attributes import NO_TIME, Attributes, encode_headers
+from dafka.core import extensions
+from dafka.protocol.attributes import NO_TIME, Attributes, encode_headers
 
 from .wire import DecodeError, Reader, varint
 

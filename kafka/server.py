@@ -11,7 +11,7 @@ response, one request at a time per connection, as a Kafka broker does.
   :class:`dafka.aio.AsyncConsumer` (reset ``earliest``), subscribed to the
   topics it reads and seeked to each partition's fetch offset; what it
   delivers waits in a per-partition buffer for the next Fetch.
-* A topic is learnt by a survey of the cluster (:class:`dafka.survey.StatusPeer`):
+* A topic is learnt by a survey of the cluster (:class:`dafka.discovery.survey.StatusPeer`):
   the partitions whose addresses are the gateways' numbering are its writable Kafka
   partitions; the others, written by dafka producers, follow them at the numbers
   the registry keeps (:mod:`~.numbering`), read-only.  A survey of the whole
@@ -52,9 +52,9 @@ from typing import Any, TypeVar
 from dafka.aio import AsyncConsumer, AsyncProducer, SendFuture
 from dafka.config import Config
 from dafka.errors import BufferFull, DafkaError, PartitionClaimed, RecordTooLarge
-from dafka.group import decode_commits, encode_commits, offsets_topic
-from dafka.peer import partition_address
-from dafka.survey import StatusPeer, Survey
+from dafka.groups.state import decode_commits, encode_commits, offsets_topic
+from dafka.core.peer import partition_address
+from dafka.discovery.survey import StatusPeer, Survey
 
 from . import errors
 from .gateways import (

@@ -11,7 +11,7 @@ address, each record at its own offset.  The decisions are
 * a new partition's producer learns its head from the target stores in a
   worker thread (that takes about 1.5 x ``beacon/interval``), meanwhile the
   partition's records are dropped, and read again from head + 1;
-* with prefixes or every topic, a survey peer (:mod:`dafka.survey`) looks
+* with prefixes or every topic, a survey peer (:mod:`dafka.discovery.survey`) looks
   for new topics in the source every ``scan_interval`` seconds.
 """
 
@@ -28,14 +28,14 @@ from typing import Any, Sequence
 
 import zmq
 
-from dafka import peer_info
-from dafka.attributes import Attributes, record_attributes
+from dafka.discovery import peer_info
+from dafka.protocol.attributes import Attributes, record_attributes
 from dafka.config import Config
-from dafka.consumer import Consumer
+from dafka.consumer.consumer import Consumer
 from dafka.errors import BufferFull, DafkaError, PartitionClaimed, ResumeError
-from dafka.peer import ConfigLike, as_config
-from dafka.producer import Producer
-from dafka.survey import StatusPeer
+from dafka.core.peer import ConfigLike, as_config
+from dafka.producer.producer import Producer
+from dafka.discovery.survey import StatusPeer
 
 from .provenance import MalformedProvenance, Provenance, mirror_address
 from .state import PROVENANCE_TOPIC, STOPPED, Key, MirrorState, Partition, Phase, Selection

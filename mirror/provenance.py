@@ -17,7 +17,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from dafka.peer import ConfigLike, as_config, partition_address
+from dafka.core.peer import ConfigLike, as_config, partition_address
 
 from .state import PROVENANCE_TOPIC
 
@@ -66,7 +66,7 @@ def mirror_address(name: str) -> str:
 def read_site(config: ConfigLike, seconds: float) -> dict[tuple[str, str], Provenance]:
     """(topic, partition) -> provenance of every partition a mirror copied
     into the site of ``config``, as its stores give them within ``seconds``."""
-    from dafka.consumer import Consumer
+    from dafka.consumer.consumer import Consumer
 
     config = as_config(config).with_overrides({"consumer/offset/reset": "earliest"}, source="provenance")
     out: dict[tuple[str, str], Provenance] = {}

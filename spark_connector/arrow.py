@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from dafka import proto
+from dafka import protocol as proto
 
 from .options import DafkaSparkError
 

@@ -1,14 +1,14 @@
 """Live mode: read a running Dafka cluster through the protocol.
 
 :class:`LivePeer` is a short-lived raw peer, the minimum a consumer needs: it
-binds an XPUB (``xpub_verbose``) announced by a :class:`dafka.beacon.Beacon`,
+binds an XPUB (``xpub_verbose``) announced by a :class:`dafka.discovery.beacon.Beacon`,
 and connects one SUB to every peer the tower reports, subscribed to what is
 addressed to it (``D``, ``E``, ``L``, ``T`` + its own address, exact).  The
 store readers in turn connect to it and subscribe ``F``, ``G`` and
 ``W<reader>``; seeing ``W<reader>`` on the XPUB is how it learns that a store
 reader is there and listening.
 
-* The peer announces bulk answers (:mod:`dafka.bulk`): dafka-py stores answer
+* The peer announces bulk answers (:mod:`dafka.protocol.bulk`): dafka-py stores answer
   it with one DIRECT-PARTITIONS per request and DIRECT-RECORDS of many records
   each; reference stores with DIRECT-HEADs and DIRECT-RECORDs, as ever.
 * The driver asks every store reader for the heads of the topic with
@@ -41,12 +41,13 @@ import pyarrow as pa
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from dafka import bulk, proto
-from dafka.beacon import CONNECT, Beacon
+from dafka.protocol import bulk
+from dafka import protocol as proto
+from dafka.discovery.beacon import CONNECT, Beacon
 from dafka.config import Config
-from dafka.inflight import fetch_window, mean_size
-from dafka.peer import DataSocket, connect, new_address, read_rest, read_subscriptions
-from dafka.security import Curve
+from dafka.core.inflight import fetch_window, mean_size
+from dafka.core.peer import DataSocket, connect, new_address, read_rest, read_subscriptions
+from dafka.core.security import Curve
 from dafka.store.running import RunningStore
 
 from . import arrow
@@ -469,7 +470,7 @@ class _RangeReader:
 
     FETCH windows of about ``window_bytes``, the next one asked as soon as one
     is complete: a store pauses an answer beyond its in-flight budget
-    (dafka.inflight) until the requester asks further.  What arrives in order
+    (dafka.core.inflight) until the requester asks further.  What arrives in order
     collects as Arrow arrays (``parts``), or as the contents of DIRECT-RECORDs
     (``loose``) until something else comes, and leaves in chunks of about
     :data:`BATCH_ROWS` rows or :data:`BATCH_BYTES`."""

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from dafka import net
+from dafka.core import net
 from dafka.config import KEYS, Config, ConfigError
 from dafka.errors import DafkaError
 

@@ -3,7 +3,7 @@
 A consumer group's members write their commits to ``__dafka_offsets.<group>``,
 each as a producer of its own partition (one per member run).  Since 0.2 every
 such record is a *snapshot*: the member's whole view of the group's committed
-offsets, marked as such (:func:`dafka.group.is_snapshot`).  Commits only go
+offsets, marked as such (:func:`dafka.groups.state.is_snapshot`).  Commits only go
 up and readers keep the highest offset of each key, so:
 
 * in a partition whose newest record is a snapshot, every older record is
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from dafka.group import OFFSETS_TOPIC, is_snapshot
+from dafka.groups.state import OFFSETS_TOPIC, is_snapshot
 
 from . import keys, retention
 from .writer_state import Partition

@@ -44,7 +44,7 @@ keys).  Whatever deletes a partition's records (retention, a handover)
 deletes their keys with them.
 
 A record's *attributes* (:data:`RECORD_ATTRIBUTES`, rfc 18.4: a Kafka record's timestamp and headers, as
-:mod:`dafka.attributes` encodes them) are kept the same way, only for a record that has some, and deleted
+:mod:`dafka.protocol.attributes` encodes them) are kept the same way, only for a record that has some, and deleted
 with it.
 
 The *end of the heads* (:data:`HEADS_END`) sorts after every 'H' key and
@@ -93,7 +93,7 @@ SEQ_BYTES = 8
 STAMP_SPAN_MS = 100  # a partition's newest stamp is extended while younger than this
 
 _ENC = "utf-8"
-_ERRORS = "surrogateescape"  # the same str <-> bytes mapping as dafka.proto
+_ERRORS = "surrogateescape"  # the same str <-> bytes mapping as dafka.protocol.codec
 
 
 def to_bytes(name: str | bytes) -> bytes:

@@ -5,10 +5,10 @@ thread allocates every message it receives and the writer thread frees it, so
 glibc spreads them over several arenas and keeps the freed space; LevelDB's
 memtable stays full until the next write fills it.  Three things fix that:
 
-* :func:`dafka.heap.limit_arenas`, set when a writer starts: at most 2 arenas.  A thread that finds its
+* :func:`dafka.core.heap.limit_arenas`, set when a writer starts: at most 2 arenas.  A thread that finds its
   arena locked makes a new one, so a store starved of CPU had many, each keeping what was freed in it
   (+46 MiB beside 3 busy processes through tests/test_store_memory.py's burst, +13-14 MiB with 2).
-* :func:`dafka.heap.mmap_large_blocks`, set when a writer starts: blocks of 1 MiB and more (LevelDB's
+* :func:`dafka.core.heap.mmap_large_blocks`, set when a writer starts: blocks of 1 MiB and more (LevelDB's
   write batches, what a burst makes as big) are mmapped, and so unmapped when
   freed.  glibc would otherwise raise that threshold to 32 MiB after the first
   such free, and keep them in its heaps.  It is process-wide
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import plyvel
 
-from dafka import heap
+from dafka.core import heap
 
 # A key after every key the store writes (they start with a printable prefix byte, store/keys.py):
 # compacting this empty range makes LevelDB write its memtable, and nothing else.

@@ -19,11 +19,11 @@ reference.
   answer that cannot move for :data:`STALL_TIMEOUT` seconds is abandoned (the
   requester retries).  A newer FETCH from the same requester for the same
   partition replaces the answer in progress.  Each requester may have at most
-  ``store/fetch_inflight_bytes`` of answers in flight (:mod:`dafka.inflight`):
+  ``store/fetch_inflight_bytes`` of answers in flight (:mod:`dafka.core.inflight`):
   beyond that its answers pause until its next FETCH shows what arrived, so a
   requester that asks and never reads costs a bounded amount of memory.
   A FETCH from a requester not subscribed to its answers waits
-  :data:`dafka.bulk.UNHEARD_WAIT` for that subscription, then is dropped (rfc 6.7): nobody
+  :data:`dafka.protocol.bulk.UNHEARD_WAIT` for that subscription, then is dropped (rfc 6.7): nobody
   could read the answer, and serving it would cost reads and CPU for nothing.
 * GET-HEADS and each subject of a CONSUMER-HELLO: a DIRECT-HEAD per partition
   of exactly that subject (the reference matches a prefix: ``hello`` also
@@ -42,14 +42,14 @@ from itertools import islice
 import plyvel
 import zmq
 
-from dafka import proto
-from dafka.attributes import pack as attributes_frames
-from dafka.beacon import Beacon
+from dafka import protocol as proto
+from dafka.protocol.attributes import pack as attributes_frames
+from dafka.discovery.beacon import Beacon
 from dafka.config import Config
-from dafka import bulk as bulk_answers
-from dafka.inflight import MESSAGE_OVERHEAD, InflightLedger
-from dafka.loop import Loop
-from dafka.peer import ZERO_COPY_BYTES, raw_send
+from dafka.protocol import bulk as bulk_answers
+from dafka.core.inflight import MESSAGE_OVERHEAD, InflightLedger
+from dafka.core.loop import Loop
+from dafka.core.peer import ZERO_COPY_BYTES, raw_send
 
 from . import keys
 from .database import SharedDB
@@ -197,7 +197,7 @@ class Reader(RoleThread):
         self.paused = 0  # times an answer paused on its requester's budget
         self.abandoned = 0  # answers stopped because their requester went away
         # FETCHes that wait for their requester to subscribe to the answers, or until what it reads (keys,
-        # gaps) is known (dafka.bulk.SETTLE), by answer key (requester, subject, partition)
+        # gaps) is known (dafka.protocol.bulk.SETTLE), by answer key (requester, subject, partition)
         self._settling = bulk_answers.Settling()
 
     @property
@@ -440,7 +440,7 @@ class Reader(RoleThread):
 
     def _held_at(self, subject: str, address: str, since_ms: int) -> int:
         """The last record of a partition received at or before ``since_ms``: the newest stamp that is not
-        younger (a stamp's time is that of the last batch it covers).  :data:`dafka.proto.NOT_KNOWN` for a
+        younger (a stamp's time is that of the last batch it covers).  :data:`dafka.protocol.codec.NOT_KNOWN` for a
         partition without stamps (a reference store's database) or with more than :data:`HELD_AT_STEPS`
         stamps after that moment."""
         steps = 0
@@ -723,7 +723,7 @@ class Reader(RoleThread):
         return sent
 
     def _send_bulk(self, answer: _Answer, budget: int, room: int, end: int) -> int:
-        """DIRECT-RECORDS, each with up to :data:`dafka.bulk.MAX_BYTES` of
+        """DIRECT-RECORDS, each with up to :data:`dafka.protocol.bulk.MAX_BYTES` of
         records read in one go from LevelDB and packed in C, until ``budget``
         records or ``room`` bytes are spent or ``end``."""
         db = self._db
@@ -826,7 +826,7 @@ class Reader(RoleThread):
     def _stamps(self, answer: _Answer, first: int, end: int) -> list[tuple[int, int]]:
         """When records ``first .. end-1`` were received, from the store's
         stamps (rfc section 12.1): (first sequence, unix ms) pairs, with
-        :data:`dafka.proto.UNKNOWN_TIME` over a range that no stamp covers."""
+        :data:`dafka.protocol.codec.UNKNOWN_TIME` over a range that no stamp covers."""
         prefix = keys.STAMP + answer.prefix[1:]
         db = self._db
         # The stamp of ``first`` is the last one that starts at or before it.  Neither read looks past the

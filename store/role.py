@@ -9,11 +9,11 @@ from typing import Any, Callable
 
 import zmq
 
-from dafka import proto
-from dafka.beacon import Beacon, Companion
+from dafka import protocol as proto
+from dafka.discovery.beacon import Beacon, Companion
 from dafka.config import Config
-from dafka.net import drain, wake_pipe
-from dafka.peer import DataSocket, PeerLinks
+from dafka.core.net import drain, wake_pipe
+from dafka.core.peer import DataSocket, PeerLinks
 
 
 class RoleThread:

@@ -25,7 +25,8 @@ from __future__ import annotations
 import logging
 from typing import Iterable
 
-from dafka import batching, proto
+from dafka.protocol import batching
+from dafka import protocol as proto
 
 from . import keys
 from .placement import Key, Placement, StoreMember

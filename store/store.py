@@ -19,9 +19,9 @@ from typing import Any
 
 import zmq
 
-from dafka.beacon import Beacon
+from dafka.discovery.beacon import Beacon
 from dafka.metrics import directory_bytes
-from dafka.peer import ConfigLike, as_config, new_address
+from dafka.core.peer import ConfigLike, as_config, new_address
 
 from . import keys, running
 from .database import SharedDB, leveldb_options, store_identity

@@ -19,12 +19,14 @@ from itertools import islice
 import plyvel
 import zmq
 
-from dafka import batching, heap, proto
-from dafka import bulk as bulk_answers
+from dafka.protocol import batching
+from dafka.core import heap
+from dafka import protocol as proto
+from dafka.protocol import bulk as bulk_answers
 from dafka.config import Config, ConfigError
-from dafka.loop import Loop
-from dafka.packing import put_all
-from dafka.peer import drain_records, queue_messages
+from dafka.core.loop import Loop
+from dafka.protocol.packing import put_all
+from dafka.core.peer import drain_records, queue_messages
 
 from . import cleaner, compaction, keys, memory, retention
 from .database import SharedDB
@@ -95,7 +97,7 @@ class Writer(RoleThread):
         self.idle_release = idle_ms / 1000 if idle_ms >= 0 else None
         self.releases = 0
         self._written_since_release: float | None = None  # when the last write since the last release was
-        heap.limit_arenas()  # a store starved of CPU stays within its bounds (dafka.heap.ARENAS)
+        heap.limit_arenas()  # a store starved of CPU stays within its bounds (dafka.core.heap.ARENAS)
         if self.idle_release is not None:
             heap.mmap_large_blocks()
         self.heartbeat_every = config["beacon/interval"] / 1000

@@ -34,20 +34,20 @@ from functools import partial
 from itertools import repeat
 from typing import Any, NamedTuple
 
-from dafka import proto
-from dafka.attributes import NONE as NO_ATTRIBUTES
-from dafka.attributes import Attributes
-from dafka.attributes import size as attributes_size
-from dafka.inflight import fetch_window, mean_size
-from dafka.intake import RecordIntake
-from dafka.packing import sequence_keys, split_contents
+from dafka import protocol as proto
+from dafka.protocol.attributes import NONE as NO_ATTRIBUTES
+from dafka.protocol.attributes import Attributes
+from dafka.protocol.attributes import size as attributes_size
+from dafka.core.inflight import fetch_window, mean_size
+from dafka.protocol.intake import RecordIntake
+from dafka.protocol.packing import sequence_keys, split_contents
 
 from . import keys
 
 log = logging.getLogger(__name__)
 
 FETCH_CHUNK = 100_000  # at most this many records asked for in one FETCH
-FETCH_MAX_BYTES = 8 * 1024 * 1024  # ...and about this much (see dafka.inflight)
+FETCH_MAX_BYTES = 8 * 1024 * 1024  # ...and about this much (see dafka.core.inflight)
 MAX_BUFFERED = 100_000  # out-of-order records kept per partition
 # What one out-of-order record costs beyond its content: the bytes object's header, the dict's slot and
 # its int key.  The writer bounds the buffer in these bytes (store/receive_bytes, all partitions together).

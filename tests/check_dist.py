@@ -6,7 +6,7 @@
 * the wheel holds the dafka package only (no tests, bench, docs or examples),
   with ``py.typed`` and every mapped subpackage;
 * the sdist holds what running the tests and building the docs need;
-* the wheel holds the compiled twins (dafka/_c*.so; dafka/extensions.py), and
+* the wheel holds the compiled twins (dafka/*/_c*.so; dafka/core/extensions.py), and
   the sdist built again where there is no C compiler (``CC=false``) still
   makes a wheel, in pure Python, and says so in one line.
 Exits 1 naming what is wrong."""
@@ -29,9 +29,10 @@ WHEEL_FILES = ["dafka/ui/templates/base.html", "dafka/ui/templates/overview.html
 SDIST_NEEDS = ["tox.ini", "pyproject.toml", "CHANGELOG.md", "MANIFEST.in", "tests/conftest.py",
                "tests/data/wire_vectors.txt", "tests/data/store-0.1.0/CURRENT", "tests/faults/faultkit.py",
                "tests/typing/user_code.py", "docs/conf.py", "examples/producer_consumer.py", "rfc/dafka.md",
-               "bench/run.py", ".ci/run", "setup.py", "dafka/_cpacking.pyx", "dafka/_coutbox.pxd",
+               "bench/run.py", ".ci/run", "setup.py", "dafka/protocol/_cpacking.pyx", "dafka/producer/_coutbox.pxd",
                "kafka/_crecords.pyx"]
-TWINS = ["dafka/_cpacking", "dafka/_coutbox", "dafka/kafka/_crecords"]  # the compiled twins the wheel holds (setup.py)
+# the compiled twins the wheel holds (setup.py)
+TWINS = ["dafka/protocol/_cpacking", "dafka/producer/_coutbox", "dafka/kafka/_crecords"]
 NOTICE = "dafka: the compiled extensions were not built"
 
 

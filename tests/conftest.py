@@ -12,7 +12,7 @@ import pytest
 import zmq
 from hypothesis import HealthCheck, settings
 
-from dafka.security import generate_keys
+from dafka.core.security import generate_keys
 from dafka.towerd.tower import Tower
 from helpers import Processes, curve_settings, loopback_config
 

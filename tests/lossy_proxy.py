@@ -22,7 +22,7 @@ import threading
 
 import zmq
 
-from dafka.beacon import CONNECT, Beacon
+from dafka.discovery.beacon import CONNECT, Beacon
 
 DIRECTIONS = ("A>B", "B>A")
 

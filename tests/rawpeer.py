@@ -9,8 +9,8 @@ import time
 
 import zmq
 
-from dafka import proto
-from dafka.beacon import CONNECT, Beacon
+from dafka import protocol as proto
+from dafka.discovery.beacon import CONNECT, Beacon
 
 
 class RawPeer:

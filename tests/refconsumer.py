@@ -28,8 +28,8 @@ import time
 
 import zmq
 
-from dafka import proto
-from dafka.beacon import CONNECT, Beacon
+from dafka import protocol as proto
+from dafka.discovery.beacon import CONNECT, Beacon
 
 U64 = 2**64 - 1
 FILTER_SIZE = 10_000

@@ -12,11 +12,11 @@ import time
 import msgpack
 import pytest
 
-from dafka import BufferFull, Closed, FlushTimeout, Producer, RecordMetadata, RecordTooLarge, proto
-from dafka import bulk
-from dafka import consumer as consumer_module
+from dafka import BufferFull, Closed, FlushTimeout, Producer, RecordMetadata, RecordTooLarge, protocol as proto
+from dafka.protocol import bulk
+from dafka.consumer import consumer as consumer_module
 from dafka.aio import AsyncConsumer, AsyncProducer, SendFuture, TopicPartition
-from dafka.consumer_state import ConsumerState
+from dafka.consumer.state import ConsumerState
 from dafka.store import Store
 from helpers import loopback_config, secure_config
 from rawpeer import RawPeer
@@ -524,7 +524,7 @@ def test_slow_consumer_with_back_pressure_loses_nothing_and_stays_bounded(tower,
     consumer with a small socket queue reads slowly, so records overflow it
     and come back by FETCH.  Every record arrives once, in order, and the
     records queued in the consumer stay bounded: they leave the sockets only
-    when the queue is empty, and then at most dafka.consumer.DRAIN records
+    when the queue is empty, and then at most dafka.consumer.consumer.DRAIN records
     and one more step of DRAIN_STEP messages (here DIRECT-RECORDS of up to
     256 KiB), far less than the producer sent ahead.  (Bounded by what the
     sockets held instead, it reached 7,000-14,400 on a quiet machine.)"""

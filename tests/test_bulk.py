@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dafka import batching, bulk, proto
-from dafka.consumer_state import ConsumerState
-from dafka.inflight import FILTER_BLOCK, REFERENCE_CAP, InflightLedger
-from dafka.producer_state import ProducerState
+from dafka.protocol import batching, bulk
+from dafka import protocol as proto
+from dafka.consumer.state import ConsumerState
+from dafka.core.inflight import FILTER_BLOCK, REFERENCE_CAP, InflightLedger
+from dafka.producer.state import ProducerState
 from dafka.store import keys
 from dafka.store.writer_state import WriterState
 

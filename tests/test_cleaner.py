@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dafka import proto
+from dafka import protocol as proto
 from dafka.store import cleaner, keys
 from dafka.store.writer_state import WriterState
 

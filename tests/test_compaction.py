@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from dafka import Consumer, Producer, proto
-from dafka.peer import new_address
+from dafka import Consumer, Producer, protocol as proto
+from dafka.core.peer import new_address
 from dafka.store import Store, cleaner
 from helpers import loopback_config, wait_for
 from rawpeer import RawPeer

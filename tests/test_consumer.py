@@ -6,7 +6,7 @@ import msgpack
 import pytest
 
 from helpers import loopback_config
-from dafka import Closed, Consumer, Producer, proto
+from dafka import Closed, Consumer, Producer, protocol as proto
 from rawpeer import RawPeer
 
 P = "9" * 32

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 import zmq
 
 from helpers import loopback_config, wait_for
-from dafka import proto
-from dafka.beacon import CONNECT, DISCONNECT, Beacon, BeaconState
+from dafka import protocol as proto
+from dafka.discovery.beacon import CONNECT, DISCONNECT, Beacon, BeaconState
 from dafka.towerd.tower import Tower, TowerState
 
 
@@ -158,7 +158,7 @@ def test_sigkilled_peer_process_disappears_after_beacon_timeout(tower, processes
     """A real process with a beacon, killed with SIGKILL, expires from the others' view."""
     code = (
         "import sys, time, zmq\n"
-        "from dafka.beacon import Beacon\n"
+        "from dafka.discovery.beacon import Beacon\n"
         "b = Beacon(zmq.Context.instance(), 'K' * 32, 40009, host='127.0.0.1',\n"
         "           tower_sub=sys.argv[1], tower_pub=sys.argv[2], interval_ms=100, timeout_ms=800).start()\n"
         "print('up', flush=True)\n"
@@ -205,7 +205,7 @@ def test_beacon_state_drops_endpoints_a_peer_could_not_use(frames):
 def test_wake_pipes_of_one_process_never_share_a_name():
     """Names built from id() collided once an owner was collected while its
     pipe was still bound; every pipe now gets a name of its own."""
-    from dafka import net
+    from dafka.core import net
 
     ctx = zmq.Context()
     pipes = [net.wake_pipe(ctx, "tower") for _ in range(50)]

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from helpers import loopback_config, wait_for
-from dafka import Consumer, FlushTimeout, Producer, Record, proto
+from dafka import Consumer, FlushTimeout, Producer, Record, protocol as proto
 from dafka.towerd.tower import Tower
 from lossy_proxy import LossyProxy
 

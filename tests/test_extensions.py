@@ -1,4 +1,4 @@
-"""The compiled twins (dafka/extensions.py): each gives what its pure-Python
+"""The compiled twins (dafka/core/extensions.py): each gives what its pure-Python
 module gives, for any input; ``DAFKA_NO_EXTENSIONS`` turns them off; and the
 run is the one it says it is.
 
@@ -20,7 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dafka import extensions, packing, proto
+from dafka.core import extensions
+from dafka.protocol import packing
+from dafka import protocol as proto
 from dafka.records import Record
 
 EXPECTED = os.environ.get("DAFKA_EXPECT_EXTENSIONS")  # "compiled" or "pure", set by tox
@@ -28,7 +30,7 @@ EXPECTED = os.environ.get("DAFKA_EXPECT_EXTENSIONS")  # "compiled" or "pure", se
 
 def _twin_module():
     try:
-        return importlib.import_module("dafka._cpacking")
+        return importlib.import_module("dafka.protocol._cpacking")
     except ImportError:
         if EXPECTED is not None:
             raise  # tox built the wheel with its twins: a missing one fails
@@ -63,7 +65,7 @@ def test_the_run_is_the_one_expected():
 
 
 def test_the_environment_variable_turns_them_off(twin):
-    code = ("from dafka import extensions, packing; "
+    code = ("from dafka.core import extensions; from dafka.protocol import packing; "
             "print(extensions.summary()); print(packing.split_records is packing.PURE['split_records'])")
     env = {**os.environ, "DAFKA_NO_EXTENSIONS": "1"}
     off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
@@ -162,7 +164,7 @@ def _fields(outbox) -> dict:
 @pytest.fixture(scope="module")
 def outbox_twin():
     try:
-        return importlib.import_module("dafka._coutbox").Outbox
+        return importlib.import_module("dafka.producer._coutbox").Outbox
     except ImportError:
         if EXPECTED is not None:
             raise
@@ -182,7 +184,7 @@ steps = st.lists(st.one_of(
 @given(min_acks=st.integers(0, 2), max_unacked=st.integers(1, 20), max_unacked_bytes=st.integers(0, 3000),
        start=st.integers(0, 2**64 - 100), steps=steps)
 def test_the_outbox_twin_keeps_the_same_fields(outbox_twin, min_acks, max_unacked, max_unacked_bytes, start, steps):
-    from dafka import outbox
+    from dafka.producer import outbox
 
     boxes = [cls(min_acks, max_unacked, max_unacked_bytes, _Audience()) for cls in (outbox_twin, outbox.Outbox)]
     for box in boxes:
@@ -212,11 +214,11 @@ def test_the_outbox_twin_keeps_the_same_fields(outbox_twin, min_acks, max_unacke
 
 
 def test_a_producer_state_is_the_outbox_that_runs():
-    from dafka import outbox
-    from dafka.producer_state import ProducerState
+    from dafka.producer import outbox
+    from dafka.producer.state import ProducerState
 
     base = ProducerState.__mro__[1]
     assert base.__name__ == "Outbox"
-    assert (base is not outbox.Outbox) == extensions.status()["dafka.outbox"]
+    assert (base is not outbox.Outbox) == extensions.status()["dafka.producer.outbox"]
     state = ProducerState("p" * 32, "t", min_acks=0)
     assert state.publish(b"abc") == 0 and state.buffered_bytes == 3

@@ -1,4 +1,4 @@
-"""The consumer group's state machine (dafka/group.py), without sockets:
+"""The consumer group's state machine (dafka/groups/state.py), without sockets:
 heartbeats and time go in, assignments and heartbeats come out."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dafka import latest, proto
-from dafka.consumer_state import ConsumerState
-from dafka.group import GroupState, Member, decode_commits, encode_commits
+from dafka.consumer import latest
+from dafka import protocol as proto
+from dafka.consumer.state import ConsumerState
+from dafka.groups.state import GroupState, Member, decode_commits, encode_commits
 
 GROUP = "billing"
 TOPIC = "orders"

@@ -16,8 +16,8 @@ from collections import Counter, defaultdict
 import pytest
 
 from dafka import Consumer, Producer
-from dafka.group import decode_commits, offsets_topic
-from dafka.peer import new_address
+from dafka.groups.state import decode_commits, offsets_topic
+from dafka.core.peer import new_address
 from helpers import loopback_config
 from refconsumer import RefConsumer
 from test_cli import Cluster, assert_no_traceback

@@ -1,4 +1,4 @@
-"""The in-flight budget of FETCH answers (dafka.inflight), and the producer's
+"""The in-flight budget of FETCH answers (dafka.core.inflight), and the producer's
 answers under it, without sockets."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dafka import proto
-from dafka.inflight import MESSAGE_OVERHEAD, InflightLedger, fetch_window
-from dafka.producer_state import ProducerState
+from dafka import protocol as proto
+from dafka.core.inflight import MESSAGE_OVERHEAD, InflightLedger, fetch_window
+from dafka.producer.state import ProducerState
 
 P = "P" * 32
 A = "A" * 32
@@ -77,7 +77,7 @@ def test_per_pipe_a_requester_reads_keys_until_its_last_pipe_goes():
     """The same for what a requester reads (bulk.Negotiated): the old pipe's unsubscription of V, coming after
     the new pipe's subscription, left a producer answering a store writer without keys (a compacted CDC topic
     whose store then never compacted those records)."""
-    from dafka import bulk
+    from dafka.protocol import bulk
 
     def sub(subscribe: bool) -> proto.Subscription:
         return proto.decode_subscription(bytes([subscribe]) + proto.subscription(proto.DIRECT_KEYED_RECORDS, A,

@@ -13,9 +13,9 @@ from kafkahelpers import kcat, start_gateway
 from rawpeer import RawPeer
 from refconsumer import RefConsumer
 
-from dafka import Consumer, Producer, proto
+from dafka import Consumer, Producer, protocol as proto
 from dafka.kafka.mapping import address_of
-from dafka.peer import new_address
+from dafka.core.peer import new_address
 from dafka.store import Store
 
 pytestmark = pytest.mark.kafka

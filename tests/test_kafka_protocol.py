@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from test_extensions import outcome as call
 
-from dafka import attributes
+from dafka.protocol import attributes
 from dafka.kafka import batches, errors, records
 from dafka.kafka.mapping import Answer, Appends, Mapping, Reads, TopicView, address_of
 from dafka.kafka.messages import (

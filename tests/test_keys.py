@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from dafka import Consumer, Producer, attributes, proto
+from dafka import Consumer, Producer, protocol as proto
+from dafka.protocol import attributes
 from dafka.aio import AsyncConsumer, AsyncProducer
-from dafka.peer import new_address
+from dafka.core.peer import new_address
 from dafka.store import Store
 from helpers import loopback_config, take, wait_for
 from rawpeer import RawPeer

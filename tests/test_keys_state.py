@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pickle
 
-from dafka import attributes, batching, bulk, proto
-from dafka.consumer_state import ConsumerState
-from dafka.producer_state import ProducerState
+from dafka.protocol import attributes, batching, bulk
+from dafka import protocol as proto
+from dafka.consumer.state import ConsumerState
+from dafka.producer.state import ProducerState
 from dafka.records import deserialized
 from dafka.store import keys
 from dafka.store.writer_state import WriterState

@@ -9,8 +9,8 @@ import re
 import time
 
 from helpers import loopback_config, wait_for
-from dafka import Consumer, Producer, proto
-from dafka.publish_times import STEP
+from dafka import Consumer, Producer, protocol as proto
+from dafka.producer.publish_times import STEP
 from dafka.store import Store
 from rawpeer import RawPeer
 from test_cli import Cluster, Tool, assert_no_traceback, partition_of
@@ -45,7 +45,7 @@ def printed(*consumers: Tool) -> list[tuple[str, str]]:
 
 
 def before_the_subscription() -> None:
-    """Let the records just sent age past :data:`dafka.publish_times.STEP`: a producer's HEADS-AT is exact only
+    """Let the records just sent age past :data:`dafka.producer.publish_times.STEP`: a producer's HEADS-AT is exact only
     for records published longer than that before the subscription (the ones within it are delivered: a lower
     bound, never a loss), and the subscription's time is in whole milliseconds."""
     time.sleep(10 * STEP)

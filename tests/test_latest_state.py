@@ -1,4 +1,4 @@
-"""``latest`` without sockets (rfc 8.1): dafka/latest.py, dafka/publish_times.py, the producer's HEADS-AT
+"""``latest`` without sockets (rfc 8.1): dafka/consumer/latest.py, dafka/producer/publish_times.py, the producer's HEADS-AT
 and the consumer's start of every partition, with a model of a cluster that hypothesis drives through any
 interleaving of subscription, records, HEADs, the stores' heads and the HEADS-AT answers."""
 
@@ -7,11 +7,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dafka import latest, proto
-from dafka.consumer_state import ConsumerState
-from dafka.latest import LatestStarts
-from dafka.producer_state import ProducerState
-from dafka.publish_times import RING, STEP, PublishTimes
+from dafka.consumer import latest
+from dafka import protocol as proto
+from dafka.consumer.state import ConsumerState
+from dafka.consumer.latest import LatestStarts
+from dafka.producer.state import ProducerState
+from dafka.producer.publish_times import RING, STEP, PublishTimes
 
 ME = "C" * 32
 STORE = "S" * 32

@@ -21,8 +21,8 @@ from prometheus_client import CollectorRegistry
 from dafka import Consumer, Producer, metrics, partition_address
 from dafka.mirror import Mirror, Selection
 from dafka.mirror.state import Phase
-from dafka.peer import DataSocket
-from dafka.attributes import record_attributes
+from dafka.core.peer import DataSocket
+from dafka.protocol.attributes import record_attributes
 from dafka.store import Store, keys
 from dafka.towerd.tower import Tower
 from helpers import free_port, loopback_config, script, secure_config, wait_for

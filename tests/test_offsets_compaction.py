@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dafka import proto
-from dafka.group import decode_commits, encode_commits, is_snapshot, offsets_topic
+from dafka import protocol as proto
+from dafka.groups.state import decode_commits, encode_commits, is_snapshot, offsets_topic
 from dafka.store import compaction, keys
 from dafka.store.writer_state import WriterState
 from test_store_state import _apply as apply

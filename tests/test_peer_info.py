@@ -6,7 +6,8 @@ import time
 
 import zmq
 
-from dafka import Producer, peer_info, proto
+from dafka import Producer, protocol as proto
+from dafka.discovery import peer_info
 from dafka.store import Store
 from helpers import loopback_config
 from rawpeer import RawPeer

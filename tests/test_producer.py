@@ -10,7 +10,7 @@ import pytest
 import zmq
 
 from helpers import loopback_config, wait_for
-from dafka import BufferFull, Closed, FlushTimeout, Producer, RecordTooLarge, proto
+from dafka import BufferFull, Closed, FlushTimeout, Producer, RecordTooLarge, protocol as proto
 from rawpeer import RawPeer
 
 STORE_A = "A" * 32
@@ -210,7 +210,7 @@ def test_dafka_producers_do_not_connect_to_each_other_but_to_every_other_peer(to
     squared mesh between them.  A peer with a random address (a reference
     producer, a store) is connected to as before, and gets the producer's
     subscriptions."""
-    from dafka.peer import is_tagged_producer, new_address
+    from dafka.core.peer import is_tagged_producer, new_address
 
     assert is_tagged_producer(new_address(producer=True)) and not is_tagged_producer(new_address())
     reference = fake_store(tower, new_address())  # a random address: could be anything, even a producer
@@ -343,7 +343,7 @@ def test_a_drained_unacked_window_gives_its_memory_back(tower, tmp_path):
 
 
 def test_the_producer_state_asks_for_a_trim_only_after_a_large_window_drains():
-    from dafka.producer_state import TRIM_AFTER_BYTES, ProducerState
+    from dafka.producer.state import TRIM_AFTER_BYTES, ProducerState
 
     state = ProducerState("P" * 32, "T", min_acks=1)
     big = b"x" * 10_000

@@ -1,4 +1,4 @@
-"""Golden-vector and error-case tests for the Dafka wire codec (dafka.proto).
+"""Golden-vector and error-case tests for the Dafka wire codec (dafka.protocol.codec).
 
 The expected bytes come only from the reference's golden vectors
 (``tests/data/wire_vectors.txt``, made by the C reference encoder); the
@@ -9,21 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from dafka import proto
-from dafka.proto import (
-    AckMsg,
-    Beacon,
-    ConsumerHelloMsg,
-    DirectHeadMsg,
-    DirectRecordMsg,
-    FetchMsg,
-    GetHeadsMsg,
-    HeadMsg,
-    MalformedMessage,
-    RecordMsg,
-    StoreHelloMsg,
-    Subscription,
-    TowerBeacon,
+from dafka import protocol as proto
+from dafka.protocol import (
+    AckMsg, Beacon, ConsumerHelloMsg, DirectHeadMsg, DirectRecordMsg, FetchMsg, GetHeadsMsg, HeadMsg, MalformedMessage,
+    RecordMsg, StoreHelloMsg, Subscription, TowerBeacon,
 )
 from wire_vectors import load_vectors
 

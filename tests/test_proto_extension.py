@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dafka import proto
+from dafka import protocol as proto
 from wire_vectors import load_vectors
 
 

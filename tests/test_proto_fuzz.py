@@ -1,4 +1,4 @@
-"""Property-based tests for the Dafka wire codec (dafka.proto).
+"""Property-based tests for the Dafka wire codec (dafka.protocol.codec).
 
 * Round trips: ``decode(encode(m)) == m`` for every message type over the full
   field ranges (0..255-byte strings, unicode and arbitrary bytes carried with
@@ -13,24 +13,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from dafka import attributes, proto
-from dafka.proto import (
-    AckMsg,
-    Beacon,
-    ConsumerHelloMsg,
-    DirectHeadMsg,
-    DirectPartitionsMsg,
-    DirectRecordMsg,
-    DirectRecordsMsg,
-    FetchMsg,
-    GetHeadsMsg,
-    HeadMsg,
-    MalformedMessage,
-    PartitionInfo,
-    RecordMsg,
-    StoreHelloMsg,
-    Subscription,
-    TowerBeacon,
+from dafka.protocol import attributes
+from dafka import protocol as proto
+from dafka.protocol import (
+    AckMsg, Beacon, ConsumerHelloMsg, DirectHeadMsg, DirectPartitionsMsg, DirectRecordMsg, DirectRecordsMsg, FetchMsg,
+    GetHeadsMsg, HeadMsg, MalformedMessage, PartitionInfo, RecordMsg, StoreHelloMsg, Subscription, TowerBeacon,
 )
 from wire_vectors import load_vectors
 

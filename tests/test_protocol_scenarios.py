@@ -8,7 +8,7 @@ import time
 import pytest
 
 from helpers import loopback_config
-from dafka import Consumer, FlushTimeout, Producer, proto
+from dafka import Consumer, FlushTimeout, Producer, protocol as proto
 from rawpeer import RawPeer
 
 READER = "5" * 32

@@ -1,4 +1,4 @@
-"""A producer that keeps its partition across restarts (dafka.resume, rfc section 15):
+"""A producer that keeps its partition across restarts (dafka.producer.resume, rfc section 15):
 the sans-I/O rules, then real stores, a raw-frame reference store and consumer,
 and a predecessor killed with SIGKILL."""
 
@@ -13,9 +13,9 @@ import time
 import pytest
 import zmq
 
-from dafka import Consumer, PartitionClaimed, Producer, ResumeError, partition_address, proto
-from dafka.peer import is_tagged_producer
-from dafka.resume import ANSWER_WAIT, NO_HEAD, SETTLE, ResumeState
+from dafka import Consumer, PartitionClaimed, Producer, ResumeError, partition_address, protocol as proto
+from dafka.core.peer import is_tagged_producer
+from dafka.producer.resume import ANSWER_WAIT, NO_HEAD, SETTLE, ResumeState
 from dafka.store import Store
 from helpers import loopback_config, wait_for
 from rawpeer import RawPeer

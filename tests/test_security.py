@@ -11,7 +11,7 @@ import pytest
 import zmq
 import zmq.auth
 
-from dafka import Consumer, Producer, proto
+from dafka import Consumer, Producer, protocol as proto
 from helpers import curve_settings, loopback_config, secure_config, wait_for
 
 SECRET = b"SECRET-PLAINTEXT-RECORD-0123456789"
@@ -133,7 +133,7 @@ def test_authenticator_restarts_at_once_on_the_same_context(keys):
     # the next one starts a new one; libzmq closes the old ZAP socket
     # asynchronously, so binding inproc://zeromq.zap.01 again failed with
     # EADDRINUSE (290 of 300 immediate restarts) unless it waits its turn.
-    from dafka.security import Curve, acquire_authenticator, release_authenticator
+    from dafka.core.security import Curve, acquire_authenticator, release_authenticator
 
     alice = curve_settings(keys, "alice")
     settings = Curve.from_config(loopback_config(**{k.replace("/", "__"): v for k, v in alice.items()}))

@@ -11,11 +11,11 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from dafka import Consumer, Producer, metrics, proto
+from dafka import Consumer, Producer, metrics, protocol as proto
 from dafka.config import ConfigError
-from dafka.peer import new_address
+from dafka.core.peer import new_address
 from dafka.store import Store
-from dafka.survey import StatusPeer
+from dafka.discovery.survey import StatusPeer
 from helpers import loopback_config, wait_for
 from rawpeer import RawPeer
 from refconsumer import RefConsumer

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dafka import proto
+from dafka import protocol as proto
 from dafka.store.placement import Placement, place
 from dafka.store.sharding import ShardedWriterState
 

@@ -7,10 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dafka import latest, proto
-from dafka.consumer_state import FETCH_CHUNK, ConsumerState
-from dafka.inflight import fetch_window
-from dafka.producer_state import ProducerState
+from dafka.consumer import latest
+from dafka import protocol as proto
+from dafka.consumer.state import FETCH_CHUNK, ConsumerState
+from dafka.core.inflight import fetch_window
+from dafka.producer.state import ProducerState
 
 P = "P" * 32
 ME = "C" * 32

@@ -13,10 +13,10 @@ import pytest
 import zmq
 
 from helpers import loopback_config, wait_for
-from dafka import Consumer, FlushTimeout, Producer, proto
-from dafka import bulk as bulk_answers
-from dafka.beacon import Beacon
-from dafka.peer import new_address
+from dafka import Consumer, FlushTimeout, Producer, protocol as proto
+from dafka.protocol import bulk as bulk_answers
+from dafka.discovery.beacon import Beacon
+from dafka.core.peer import new_address
 from dafka.store import Store, StoreLocked, keys
 
 PAD = b"." * 92

@@ -6,7 +6,7 @@ import msgpack
 import plyvel
 import pytest
 
-from dafka import proto
+from dafka import protocol as proto
 from dafka.store import keys, retention
 from dafka.store.writer_state import WriterState
 from wire_vectors import load_vectors

@@ -7,7 +7,7 @@ import threading
 from helpers import loopback_config, wait_for
 from dafka import Producer
 from dafka.store import Store
-from dafka.survey import StatusPeer
+from dafka.discovery.survey import StatusPeer
 
 
 def test_a_peer_that_leaves_mid_survey_is_dropped_and_the_others_are_still_read(tower, tmp_path):

@@ -10,8 +10,8 @@ import time
 import pytest
 import zmq
 
-from dafka import Consumer, Producer, proto
-from dafka.beacon import Beacon
+from dafka import Consumer, Producer, protocol as proto
+from dafka.discovery.beacon import Beacon
 from dafka.store import Store
 from helpers import free_port, loopback_config, wait_for
 

@@ -3,7 +3,8 @@ opened, in order per partition, the newest when there are too many, none from be
 
 from __future__ import annotations
 
-from dafka import latest, proto
+from dafka.consumer import latest
+from dafka import protocol as proto
 from dafka.ui.live import FETCH_MOST, Fetching, LiveStarts
 
 ME = "C" * 32

@@ -24,9 +24,10 @@ from typing import Any
 
 import zmq
 
-from dafka import net, proto
+from dafka.core import net
+from dafka import protocol as proto
 from dafka.config import Config
-from dafka.security import Curve, acquire_authenticator, release_authenticator
+from dafka.core.security import Curve, acquire_authenticator, release_authenticator
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dafka import proto
-from dafka.latest import LatestStarts
+from dafka import protocol as proto
+from dafka.consumer.latest import LatestStarts
 
 Entry = tuple[int, bytes, "bytes | None"]  # (offset, value, key)
 FETCH_MOST = 200  # records a partition's catching up fetches at most (the newest)

@@ -25,8 +25,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from dafka import batching, proto
-from dafka.group import OFFSETS_TOPIC
+from dafka.protocol import batching
+from dafka import protocol as proto
+from dafka.groups.state import OFFSETS_TOPIC
 from dafka.store.placement import place
 
 HISTORY = 300  # samples (one a second) kept for the charts
@@ -487,6 +488,6 @@ class ClusterModel:
 
 def tail_prefixes(topic: str) -> list[bytes]:
     """What to subscribe on every peer to follow ``topic`` live, as a dafka-py consumer does: RECORDs, and
-    KEYED-RECORDS, which a dafka-py producer then sends instead (dafka/batching.py)."""
+    KEYED-RECORDS, which a dafka-py producer then sends instead (dafka/protocol/batching.py)."""
     return [proto.subscription(proto.RECORD, topic, exact=True),
             proto.subscription(batching.LIVE_BATCHES, topic, exact=True)]

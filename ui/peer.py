@@ -31,12 +31,13 @@ from typing import Any, Callable, TypeVar
 
 import zmq
 
-from dafka import bulk, proto
-from dafka.beacon import CONNECT, Beacon
+from dafka.protocol import bulk
+from dafka import protocol as proto
+from dafka.discovery.beacon import CONNECT, Beacon
 from dafka.config import Config
-from dafka.net import drain, split_endpoints, wake_pipe
-from dafka.packing import split_contents
-from dafka.peer import DataSocket, connect, new_address, read_subscriptions
+from dafka.core.net import drain, split_endpoints, wake_pipe
+from dafka.protocol.packing import split_contents
+from dafka.core.peer import DataSocket, connect, new_address, read_subscriptions
 
 from .live import Fetching, LiveStarts
 from .model import ClusterModel, tail_prefixes

@@ -358,7 +358,7 @@ class FuzzPeer:
     """The raw sockets of the fuzzer (see the module docstring)."""
 
     def __init__(self, tower_sub: str, tower_pub: str) -> None:
-        from dafka.beacon import Beacon
+        from dafka.discovery.beacon import Beacon
 
         ctx = zmq.Context.instance()
         self.address = addr()

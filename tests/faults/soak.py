@@ -368,7 +368,7 @@ class Soak:
 
     def answer_times(self, peer) -> dict[str, float]:
         """Each store reader's GET-HEADS round trip, in ms (one DIRECT-PARTITIONS each)."""
-        from dafka import proto
+        from dafka import protocol as proto
 
         peer.pump()
         started = time.monotonic()
@@ -421,8 +421,8 @@ class Soak:
         return row
 
     def run(self) -> dict:
-        from dafka import proto
-        from dafka.peer import new_address
+        from dafka import protocol as proto
+        from dafka.core.peer import new_address
         from rawpeer import RawPeer
 
         self.start()

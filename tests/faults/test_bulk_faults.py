@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from dafka import proto
+from dafka import protocol as proto
 from dafka.towerd.tower import Tower
 from faultcheck import check
 from faultkit import Cluster, acked_keys

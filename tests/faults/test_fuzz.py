@@ -3,7 +3,7 @@
 A tower, a store, a producer and a consumer run as processes.  The test
 process is a raw peer:
 
-* an XPUB bound and announced with :class:`dafka.beacon.Beacon`, so every
+* an XPUB bound and announced with :class:`dafka.discovery.beacon.Beacon`, so every
   peer's SUB connects to it: the producer's per-peer SUB (``K``/``F``), the
   consumer's SUB, the store writer's and reader's SUBs.  Frames are sent with
   the routing prefixes those SUBs subscribe to, so they get through;
@@ -13,7 +13,7 @@ process is a raw peer:
 * a PUB connected to the tower's XSUB, sending beacon garbage.
 
 Hypothesis draws random frame lists and mutations of valid frames produced
-with ``dafka.proto.encode`` (bounded to ~20 s; seed ``$DAFKA_FUZZ_SEED``).
+with ``dafka.protocol.codec.encode`` (bounded to ~20 s; seed ``$DAFKA_FUZZ_SEED``).
 Afterwards every peer must still be alive, must have counted what it dropped
 (``stats()['malformed']``), a valid record must still go end to end, and the
 store's LevelDB must open with every key decoding with ``store/keys.py``.
@@ -34,7 +34,7 @@ import zmq
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from dafka import proto
+from dafka import protocol as proto
 from faultcheck import check, read_store
 from faultkit import Cluster, FuzzPeer, acked_keys, addr, free_port
 from helpers import wait_for
@@ -336,7 +336,7 @@ def inject_beacon(tower_sub: str, frames: list[bytes]) -> None:
         pub.close()
 
 
-# Regression test, fixed bug (dafka/consumer.py Consumer._on_sub, `content = recv(0, False)`): after a
+# Regression test, fixed bug (dafka/consumer/consumer.py Consumer._on_sub, `content = recv(0, False)`): after a
 # frame 1 whose id is M or D the consumer does a *blocking* recv for the content frame without
 # checking RCVMORE; a one-frame message 'M<topic>\0...' (or 'D<consumer>\0...') blocks poll(timeout)
 # until some other message arrives (forever if none does) and then takes that message's frame 1 as the
@@ -355,7 +355,7 @@ def test_consumer_poll_keeps_its_timeout_after_a_one_frame_record(cluster, raw_p
     assert consumer.stat("time") > before + 1.0, "poll(0.2) has not returned for 1.5 s"
 
 
-# Regression test, fixed bug (dafka/consumer_state.py ConsumerState._hello and _request): an address
+# Regression test, fixed bug (dafka/consumer/state.py ConsumerState._hello and _request): an address
 # field with a NUL (STORE-HELLO's reader address, or a RECORD/HEAD/DIRECT-HEAD producer address) is
 # used as the topic of the CONSUMER-HELLO/FETCH it answers with; proto.encode refuses a NUL in a topic
 # with ValueError, which escapes from Consumer.poll() and kills the application
@@ -373,7 +373,7 @@ def test_consumer_survives_a_nul_in_an_address_field(cluster, raw_peer, kind):
     assert consumer.alive(), consumer.tail()
 
 
-# Regression test, fixed bug (dafka/producer_state.py ProducerState.fetch_answers ->
+# Regression test, fixed bug (dafka/producer/state.py ProducerState.fetch_answers ->
 # proto.record_prefix): a FETCH whose requester address holds a NUL is queued, and encoding the
 # DIRECT-RECORD answer (topic = requester) raises ValueError in the producer's loop thread, which
 # dies: no more ACKs, HEADs or FETCH answers, flush/close time out (on_fetch should drop and count
@@ -391,13 +391,13 @@ def test_producer_survives_a_fetch_from_a_requester_address_with_a_nul(cluster, 
     cluster.wait_delivered("late", {(p, i) for i in range(50)}, 8)
 
 
-# Regression test, fixed bug (dafka/peer.py PeerLinks.on_beacon, dafka/producer.py
+# Regression test, fixed bug (dafka/core/peer.py PeerLinks.on_beacon, dafka/producer/producer.py
 # Producer._on_beacon): the tower relays any decodable beacon as 'tcp://<host>:<port>' and every peer
 # passes that endpoint to zmq connect(); a host libzmq rejects (e.g. 'bad host') raises
 # ZMQError(EINVAL), which kills the producer's loop thread, the store's writer and reader threads (the
 # store exits) and escapes from Consumer.poll(); peers should drop and count such an endpoint (and the
 # tower could refuse hosts that are not hostnames/IPs)
-# Regression test, fixed bug (dafka/beacon.py Beacon._emit, `event.endpoint.encode()` /
+# Regression test, fixed bug (dafka/discovery/beacon.py Beacon._emit, `event.endpoint.encode()` /
 # `event.sender.encode()`): a relayed beacon whose sender or host is not UTF-8 decodes with
 # surrogateescape, and the strict encode() raises UnicodeEncodeError in every peer's beacon thread,
 # which dies: no peer discovers or expires anything afterwards (refuse such beacons as malformed in
@@ -426,7 +426,7 @@ def test_peers_survive_a_relayed_beacon_that_is_not_utf8(cluster, tower):
     cluster.wait_delivered("c", {(producer.address, i) for i in range(100)}, 8)
 
 
-# Regression test, fixed bug (minor; dafka/peer.py read_subscriptions, `except proto.MalformedMessage:
+# Regression test, fixed bug (minor; dafka/core/peer.py read_subscriptions, `except proto.MalformedMessage:
 # continue`, used by Producer._poll_subscriptions): a malformed frame on the producer's XPUB is
 # dropped but not counted in stats()['malformed'] (the consumer and the store reader count theirs; RFC
 # 46 section 10.2: dropped *and counted*)

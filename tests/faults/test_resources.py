@@ -18,9 +18,9 @@ import plyvel
 import pytest
 import zmq
 
-from dafka import proto
+from dafka import protocol as proto
 from dafka.config import Config
-from dafka.inflight import FILTER_BLOCK, MESSAGE_OVERHEAD
+from dafka.core.inflight import FILTER_BLOCK, MESSAGE_OVERHEAD
 from dafka.store import keys
 from faultkit import FuzzPeer, addr
 from helpers import wait_for
@@ -228,7 +228,7 @@ def test_a_store_serves_nobody_for_requesters_that_never_listen_or_leave(cluster
     """Issue 24: FETCHes whose requester never subscribed to the answers ("phantoms")
     are held UNHEARD_WAIT for the subscription, then dropped unanswered; a requester
     that leaves in the middle of its answer stops costing anything."""
-    from dafka.bulk import UNHEARD_WAIT
+    from dafka.protocol.bulk import UNHEARD_WAIT
 
     partition = addr()
     db = tmp_path / "phantoms.db"
@@ -303,7 +303,7 @@ def test_a_slow_consumer_and_its_producer_stay_within_their_byte_bounds_and_lose
     the records: beyond them libzmq stops reading (the consumer) or drops (the
     producer's queue for that consumer), and the consumer fetches what it missed
     from the store."""
-    from dafka.peer import MAX_MESSAGE_BYTES
+    from dafka.core.peer import MAX_MESSAGE_BYTES
     from faultcheck import check
     from faultkit import acked_keys
 

@@ -23,15 +23,16 @@ from functools import partial
 from itertools import repeat
 from typing import Any
 
-from . import batching, proto
-from . import bulk as bulk_answers
-from .group import GroupState
-from .inflight import fetch_window, mean_size
-from .intake import RecordIntake
+from .. import protocol as proto
+from ..core.inflight import fetch_window, mean_size
+from ..groups.state import GroupState
+from ..protocol import batching
+from ..protocol import bulk as bulk_answers
+from ..protocol.attributes import NO_TIME, decode_headers
+from ..protocol.intake import RecordIntake
+from ..protocol.packing import lengths_of, split_contents, split_records
+from ..records import Record, RecordExtra, keyed_record, keyed_records, make_record
 from .latest import LatestStarts
-from .packing import lengths_of, split_contents, split_records
-from .attributes import NO_TIME, decode_headers
-from .records import Record, RecordExtra, keyed_record, keyed_records, make_record
 
 log = logging.getLogger(__name__)
 
@@ -332,7 +333,7 @@ class ConsumerState(RecordIntake):
             early[seq] = content if key is None else (content, key)
 
     def _start_latest(self, topic: str, address: str, start: int, head: int) -> Partition | None:
-        """Open a partition where ``latest`` starts it (:class:`~dafka.latest.LatestStarts`), deliver the
+        """Open a partition where ``latest`` starts it (:class:`~dafka.consumer.latest.LatestStarts`), deliver the
         records that came meanwhile, and fetch what else is known to exist from there."""
         key = (topic, address)
         early = self._early.pop(key, {})

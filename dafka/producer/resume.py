@@ -1,7 +1,7 @@
 """A producer that resumes its partition: learning the head from the stores,
 free of I/O (rfc/dafka.md section 15).
 
-A :class:`~dafka.producer.Producer` made with ``resume=True`` and a stable
+A :class:`~dafka.producer.producer.Producer` made with ``resume=True`` and a stable
 ``address`` is the same partition across restarts.  Before its first record
 it asks the stores for the partition's head (GET-HEADS, answered with
 DIRECT-HEAD by any store and with one DIRECT-PARTITIONS by a dafka-py
@@ -57,8 +57,8 @@ The rules, and why:
 
 from __future__ import annotations
 
-from . import proto
-from .errors import PartitionClaimed, ResumeError
+from .. import protocol as proto
+from ..errors import PartitionClaimed, ResumeError
 
 SETTLE = 1.0  # seconds after the replay to wait for the peers reported to connect, at least (see ``settle``)
 ANSWER_WAIT = 0.5  # seconds after the last GET-HEADS for reference stores' DIRECT-HEADs

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled twin of dafka/packing.py (dafka/extensions.py): the same
+"""The compiled twin of dafka/protocol/packing.py (dafka/core/extensions.py): the same
 functions with the same results, in C loops.  tests/test_extensions.py checks
 them against the pure ones for any input (hypothesis)."""
 

@@ -20,7 +20,8 @@ from typing import Any, Callable
 
 import zmq
 
-from . import __version__, proto
+from .. import __version__
+from .. import protocol as proto
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from .config import Config, ConfigError
+from ..config import Config, ConfigError
 
 if TYPE_CHECKING:
     from zmq.auth.thread import ThreadAuthenticator
@@ -111,7 +111,7 @@ def _start_authenticator(ctx: zmq.Context[Any]) -> "ThreadAuthenticator":
     deadline = time.monotonic() + _ZAP_REBIND_TIMEOUT
     delay = 0.001
     while True:
-        auth = ThreadAuthenticator(ctx, log=logging.getLogger("dafka.security.zap"))
+        auth = ThreadAuthenticator(ctx, log=logging.getLogger("dafka.core.security.zap"))
         try:
             auth.start()
             return auth

@@ -1,4 +1,4 @@
-"""A consumer's part in its group: the I/O around :class:`dafka.group.GroupState`.
+"""A consumer's part in its group: the I/O around :class:`dafka.groups.state.GroupState`.
 
 It runs inside the consumer's reads, in the caller's thread, like the rest of
 the consumer: after every turn of the consumer's loop it starts and stops the
@@ -17,11 +17,11 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from .group import GroupState, Key, encode_commits, offsets_topic
-from .records import Record, TopicPartition
+from ..records import Record, TopicPartition
+from .state import GroupState, Key, encode_commits, offsets_topic
 
 if TYPE_CHECKING:
-    from .consumer import Consumer
+    from ..consumer.consumer import Consumer
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class Membership:
         self.started = now
         self._consumer = consumer
         self._timer: Any = None
-        from .producer import Producer  # only a group member produces: a plain consumer never imports it
+        from ..producer.producer import Producer  # only a group member produces: a plain consumer never imports it
 
         self._producer = Producer(self.offsets_topic, c, ctx=consumer._ctx)
         log.info("group %s: member %s, commits in %s/%s", group, consumer.address, self.offsets_topic,

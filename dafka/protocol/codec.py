@@ -35,7 +35,7 @@ from typing import ClassVar, Sequence, Union
 
 import msgpack
 
-# the per-record loop over a batch's contents has a compiled twin (dafka/packing.py)
+# the per-record loop over a batch's contents has a compiled twin (dafka/protocol/packing.py)
 from . import attributes
 from .packing import SWAP as _SWAP
 from .packing import U32 as _U32
@@ -277,7 +277,7 @@ class DirectRecordsMsg:
     # RECORDS and DIRECT-RECORDS.
     key_lengths: bytes = b""
     keys: bytes = b""
-    # Their frames 6, 7 and 8 (rfc section 18.4, dafka.attributes): each record's timestamp and headers; all
+    # Their frames 6, 7 and 8 (rfc section 18.4, dafka.protocol.attributes): each record's timestamp and headers; all
     # three empty when no record has any.
     times: bytes = b""
     header_lengths: bytes = b""

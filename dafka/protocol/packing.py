@@ -3,9 +3,9 @@ RECORDS and DIRECT-RECORDS into :class:`~dafka.records.Record` (rfc/dafka.md
 sections 12 and 13), a store writer building the LevelDB keys of a batch and
 putting them in a write batch.
 
-Kept apart from the codec (:mod:`dafka.proto`) because each function here has
-a compiled twin, ``dafka/_cpacking.pyx``, that gives the same result for any
-input in a C loop (:mod:`dafka.extensions`; ``DAFKA_NO_EXTENSIONS=1`` keeps
+Kept apart from the codec (:mod:`dafka.protocol.codec`) because each function here has
+a compiled twin, ``dafka/protocol/_cpacking.pyx``, that gives the same result for any
+input in a C loop (:mod:`dafka.core.extensions`; ``DAFKA_NO_EXTENSIONS=1`` keeps
 these).  The pure versions already run no Python bytecode per record (``map``
 over ``slice`` and ``accumulate``); the twins also skip building the
 intermediate objects.
@@ -18,8 +18,8 @@ from array import array
 from itertools import accumulate, count, repeat
 from typing import Any, Callable, Sequence
 
-from . import extensions
-from .records import Record, make_record
+from ..core import extensions
+from ..records import Record, make_record
 
 # u32 lengths of (DIRECT-)RECORDS' frame 2, little-endian on the wire
 U32 = next(code for code in "IL" if array(code).itemsize == 4)

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import logging
 import os
+
 # hashlib's blake2b itself, without hashlib's import of OpenSSL (8 ms a process start)
 from _blake2 import blake2b
 from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
 import zmq
 
-from . import batching, bulk, net, peer_info, proto
-from .beacon import CONNECT, Beacon, Companion
-from .config import Config
-from .intake import RecordIntake
+from .. import protocol as proto
+from ..config import Config
+from ..discovery import peer_info
+from ..discovery.beacon import CONNECT, Beacon, Companion
+from ..protocol import batching, bulk
+from ..protocol.intake import RecordIntake
+from . import net
 from .security import Curve, acquire_authenticator, release_authenticator
 
 log = logging.getLogger(__name__)

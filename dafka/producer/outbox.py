@@ -1,12 +1,12 @@
 """What a producer has published and still holds: the unacked buffer (for
 FETCH answers and ``min_acks``) and the live batch (rfc/dafka.md section 13).
 
-:class:`dafka.producer_state.ProducerState` is an :class:`Outbox` and adds
+:class:`dafka.producer.state.ProducerState` is an :class:`Outbox` and adds
 the protocol around it.  Apart because :meth:`Outbox.publish` runs once per
 record (``Producer.send``): it has a compiled twin, this same file compiled
-as ``dafka._coutbox`` with the field types that ``dafka/_coutbox.pxd``
-declares, where Python looks each field up by name (:mod:`dafka.extensions`
-picks it for :mod:`dafka.producer_state`; ``DAFKA_NO_EXTENSIONS=1`` keeps this
+as ``dafka.producer._coutbox`` with the field types that ``dafka/producer/_coutbox.pxd``
+declares, where Python looks each field up by name (:mod:`dafka.core.extensions`
+picks it for :mod:`dafka.producer.state`; ``DAFKA_NO_EXTENSIONS=1`` keeps this
 one).
 """
 
@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from . import attributes, batching
+from ..protocol import attributes, batching
 from .publish_times import PublishTimes
 
-# read once: the compiled twin holds them as C values (dafka/_coutbox.pxd)
+# read once: the compiled twin holds them as C values (dafka/producer/_coutbox.pxd)
 BURST_GAP = batching.BURST_GAP
 MAX_RECORDS = batching.MAX_RECORDS
 MAX_BYTES = batching.MAX_BYTES

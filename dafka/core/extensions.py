@@ -2,8 +2,8 @@
 
 A twin (``dafka._c<name>``) mirrors a pure-Python module (``dafka/<name>.py``)
 one to one: the same functions and classes, the same results for any input.
-``dafka/_cpacking.pyx`` does it in C loops of its own; ``dafka._coutbox`` is
-``dafka/outbox.py`` itself compiled, with the field types ``dafka/_coutbox.pxd``
+``dafka/protocol/_cpacking.pyx`` does it in C loops of its own; ``dafka.producer._coutbox`` is
+``dafka/producer/outbox.py`` itself compiled, with the field types ``dafka/producer/_coutbox.pxd``
 declares.  ``pip install .`` builds them where it can (setup.py); where it
 cannot (no C compiler, no Cython) the package is pure Python and works the
 same, only slower.  Whoever uses a twinned module asks :func:`twin` at import
@@ -24,11 +24,11 @@ from types import ModuleType
 ENV = "DAFKA_NO_EXTENSIONS"
 DISABLED = os.environ.get(ENV, "") not in ("", "0") or sys.implementation.name != "cpython"
 # The pure-Python modules that have a twin.
-TWINNED = ("dafka.packing", "dafka.outbox", "dafka.kafka.records")
+TWINNED = ("dafka.protocol.packing", "dafka.producer.outbox", "dafka.kafka.records")
 
 def twin(module: str) -> ModuleType | None:
-    """The compiled twin of the pure-Python ``module`` (``dafka.packing``:
-    ``dafka._cpacking``), or None when the twins are turned off or this one
+    """The compiled twin of the pure-Python ``module`` (``dafka.protocol.packing``:
+    ``dafka.protocol._cpacking``), or None when the twins are turned off or this one
     was not built."""
     if DISABLED:
         return None

@@ -19,21 +19,32 @@ from typing import Any, Callable, Generic, Sequence, TypeVar, overload
 
 import zmq
 
-from . import batching, heap, proto
-from .attributes import Attributes, record_attributes
-from .attributes import size as attributes_size
-from .attributes import sizes as attribute_sizes
-from .beacon import CONNECT, Beacon
-from .config import ConfigError
-from .errors import BufferFull, Closed, FlushTimeout, PartitionClaimed, RecordTooLarge
-from .loop import Loop
-from .net import drain, wake_pipe
-from .peer import ConfigLike, DataSocket, as_config, connect, is_tagged_producer, new_address, read_subscriptions
-from .peer import ZERO_COPY_BYTES, queue_messages
-from .peer import raw_send as _raw_send
-from .producer_state import ProducerState
-from .records import RecordMetadata
+from .. import protocol as proto
+from ..config import ConfigError
+from ..core import heap
+from ..core.loop import Loop
+from ..core.net import drain, wake_pipe
+from ..core.peer import (
+    ZERO_COPY_BYTES,
+    ConfigLike,
+    DataSocket,
+    as_config,
+    connect,
+    is_tagged_producer,
+    new_address,
+    queue_messages,
+    read_subscriptions,
+)
+from ..core.peer import raw_send as _raw_send
+from ..discovery.beacon import CONNECT, Beacon
+from ..errors import BufferFull, Closed, FlushTimeout, PartitionClaimed, RecordTooLarge
+from ..protocol import batching
+from ..protocol.attributes import Attributes, record_attributes
+from ..protocol.attributes import size as attributes_size
+from ..protocol.attributes import sizes as attribute_sizes
+from ..records import RecordMetadata
 from .resume import ResumeState
+from .state import ProducerState
 
 V = TypeVar("V")  # what send takes: bytes, or what the value_serializer takes
 
@@ -187,10 +198,10 @@ class Producer(Generic[V]):
         self._stopping = threading.Event()
         self._ctx = ctx or zmq.Context.instance()
         self._pub = self._ctx.socket(zmq.XPUB)
-        self._pub.setsockopt(zmq.XPUB_VERBOSER, 1)  # every (un)subscription: who reads RECORDS (dafka.batching)
+        self._pub.setsockopt(zmq.XPUB_VERBOSER, 1)  # every (un)subscription: who reads RECORDS (dafka.protocol.batching)
         self._pub.sndhwm = queue_messages(c["producer/send_bytes"], c["producer/high_watermark"])
         self._pub.linger = 1000
-        # A resuming producer asks for its head under a temporary address (dafka.resume, rule 5).
+        # A resuming producer asks for its head under a temporary address (dafka.producer.resume, rule 5).
         self._requester = new_address() if resume else self.address
         self._data = DataSocket(self._ctx, c, self._pub, self._requester, "producer",
                                 profiles=[(proto.ROLE_PRODUCER, topic)])
@@ -333,7 +344,7 @@ class Producer(Generic[V]):
         copies record *k* of a partition as record *k*, and anything else
         raises :class:`ValueError` before any record is sent.  ``keys``, if
         given, holds one key per value (None: that record has none), as
-        :meth:`send`'s ``key``; ``attributes`` likewise (:func:`dafka.attributes`:
+        :meth:`send`'s ``key``; ``attributes`` likewise (:func:`dafka.protocol.attributes`:
         a timestamp and encoded headers, as :meth:`send` makes them).
 
         For a caller that already holds a burst (a CDC connector draining its
@@ -595,7 +606,7 @@ class Producer(Generic[V]):
     # -- resuming the partition (constructor, before the loop thread starts) ----
 
     def _resume_partition(self) -> None:
-        """Learn the partition's head from the stores (dafka.resume), running
+        """Learn the partition's head from the stores (dafka.producer.resume), running
         the loop in the caller's thread; the first record gets head + 1."""
         beacon = self._data.beacon
         started = time.monotonic()

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from . import proto
+from .. import protocol as proto
 from .bulk import SETTLE
 
 MAX_RECORDS = 1024  # records per RECORDS at most...
@@ -43,7 +43,7 @@ LINGER = 0.001  # seconds a record of a burst may wait for more to join it
 # the stores' bulk answers: fewer messages for every peer that reads them.
 BURST_RECORDS = 65_536
 BURST_BYTES = 256 * 1024
-# A dafka-py consumer's M<topic> reaches a producer before its Q<topic> (dafka.bulk.SETTLE): in between it
+# A dafka-py consumer's M<topic> reaches a producer before its Q<topic> (dafka.protocol.bulk.SETTLE): in between it
 # would look like a reference peer and get RECORDs, without keys, ahead of the batches.  So a prefix needs
 # RECORDs once it has been alone for SETTLE; a reference peer that subscribes misses at most what was
 # published meanwhile, which the HEAD that a producer sends to a new subscriber has it FETCH.

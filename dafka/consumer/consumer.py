@@ -16,15 +16,15 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypedDict, TypeVa
 
 import zmq
 
-from . import proto
-from .consumer_state import ConsumerState
-from .errors import Closed
-from .group import Key, offsets_topic
-from .loop import Loop, Timer
-from .membership import Callback, ConsumerRebalanceListener, Membership
+from .. import protocol as proto
+from ..core.loop import Loop, Timer
+from ..core.peer import ConfigLike, DataSocket, PeerLinks, as_config, drain_records, new_address, queue_messages
+from ..errors import Closed
+from ..groups.membership import Callback, ConsumerRebalanceListener, Membership
+from ..groups.state import Key, offsets_topic
+from ..records import Record, TopicPartition, deserialized
 from .offsets import OffsetJournal
-from .peer import ConfigLike, DataSocket, PeerLinks, as_config, drain_records, new_address, queue_messages
-from .records import Record, TopicPartition, deserialized
+from .state import ConsumerState
 
 V = TypeVar("V")  # a record's value: bytes, or what the value_deserializer returns
 

@@ -35,7 +35,7 @@ from hashlib import blake2b
 
 import msgpack
 
-from . import proto
+from .. import protocol as proto
 
 log = logging.getLogger(__name__)
 

@@ -33,11 +33,11 @@ from typing import Any
 
 import zmq
 
-from . import proto
+from .. import protocol as proto
+from ..config import Config
+from ..core.peer import DataSocket, connect, new_address, read_subscriptions
+from ..store.placement import place
 from .beacon import CONNECT, Beacon
-from .config import Config
-from .peer import DataSocket, connect, new_address, read_subscriptions
-from .store.placement import place
 
 
 @dataclass

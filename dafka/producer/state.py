@@ -12,7 +12,7 @@ Unlike the reference:
   send the wrong payload after a partial ACK) and are streamed out in slices
   so a huge request cannot monopolise the producer; a newer FETCH from a
   requester replaces its answer in progress, and each requester may have at
-  most ``fetch_inflight_bytes`` of answers in flight (:mod:`dafka.inflight`);
+  most ``fetch_inflight_bytes`` of answers in flight (:mod:`dafka.core.inflight`);
 * ``min_acks = 0`` keeps the newest ``max_unacked`` records in a ring for
   FETCH answers but never holds ``send`` back;
 * a FETCH for records that the producer let go and that no store ever ACKed
@@ -27,17 +27,20 @@ from collections import deque
 from itertools import islice
 from typing import TYPE_CHECKING, Generator, Iterator, Sequence
 
-from . import batching, extensions, outbox, proto
-from . import bulk as bulk_answers
-from .attributes import Attributes
-from .attributes import pack as attributes_frames
-from .attributes import size as attributes_size
-from .inflight import MESSAGE_OVERHEAD, InflightLedger
+from .. import protocol as proto
+from ..core import extensions
+from ..core.inflight import MESSAGE_OVERHEAD, InflightLedger
+from ..protocol import batching
+from ..protocol import bulk as bulk_answers
+from ..protocol.attributes import Attributes
+from ..protocol.attributes import pack as attributes_frames
+from ..protocol.attributes import size as attributes_size
+from . import outbox
 from .publish_times import PublishTimes
 
 if TYPE_CHECKING:
     from .outbox import Outbox
-else:  # the compiled twin of dafka/outbox.py where it runs (dafka/extensions.py)
+else:  # the compiled twin of dafka/producer/outbox.py where it runs (dafka/core/extensions.py)
     Outbox = (extensions.twin(outbox.__name__) or outbox).Outbox
 
 FETCH_SLICE = 10_000
@@ -47,7 +50,7 @@ TRIM_AFTER_BYTES = 16 * 1024 * 1024
 
 
 class ProducerState(Outbox):
-    """A producer's protocol state: its :class:`~dafka.outbox.Outbox` (the records it holds and the live
+    """A producer's protocol state: its :class:`~dafka.producer.outbox.Outbox` (the records it holds and the live
     batch), the stores' ACKs, the FETCH answers in progress and what its subscribers read."""
 
     def __init__(
@@ -146,7 +149,7 @@ class ProducerState(Outbox):
         whole, due at once: :meth:`publish` for a burst already in hand, with
         no Python call per record.  ``keys``, if given, holds each record's key
         (None: none), and ``size`` counts their bytes too; ``attributes`` likewise
-        (:func:`dafka.attributes.size`)."""
+        (:func:`dafka.protocol.attributes.size`)."""
         buffer = self.buffer
         n = len(values)
         if not self.room_for(n, size):
@@ -188,7 +191,7 @@ class ProducerState(Outbox):
 
     def resume_after(self, head: int, now: float = float("-inf")) -> None:
         """Continue a partition whose records up to ``head`` the stores hold
-        (-1: none): the next record published is ``head + 1`` (dafka.resume).
+        (-1: none): the next record published is ``head + 1`` (dafka.producer.resume).
         ``now``: when (the clock of :meth:`publish`); the earlier run published
         nothing after it."""
         if self.next_seq:
@@ -247,7 +250,7 @@ class ProducerState(Outbox):
         if held > self.held_peak:
             self.held_peak = held
         if self.held_peak >= TRIM_AFTER_BYTES and self.buffered_bytes <= self.held_peak // 8:
-            self.trim_due = True  # the window drained: the loop gives the freed memory back (dafka.heap)
+            self.trim_due = True  # the window drained: the loop gives the freed memory back (dafka.core.heap)
             self.held_peak = self.buffered_bytes
         return True
 
@@ -261,9 +264,9 @@ class ProducerState(Outbox):
         """Queue DIRECT-RECORD answers for the part of the range we still hold,
         in place of whatever this requester asked before.  At ``now`` (without
         it, at once: the tests' shorthand), one whose requester has not
-        subscribed to its answers waits for it (``dafka.bulk.UNHEARD_WAIT``,
+        subscribed to its answers waits for it (``dafka.protocol.bulk.UNHEARD_WAIT``,
         then it is dropped: nobody could read the answer), and one whose
-        requester was first heard less than ``dafka.bulk.SETTLE`` ago waits
+        requester was first heard less than ``dafka.protocol.bulk.SETTLE`` ago waits
         for :meth:`settle`."""
         if msg.topic != self.address or msg.subject != self.topic or msg.count == 0:
             return

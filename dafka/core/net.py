@@ -10,13 +10,12 @@ sends nothing.
 
 from __future__ import annotations
 
-from typing import Any
-
 import fcntl
 import ipaddress
 import itertools
 import socket
 import struct
+from typing import Any
 
 import zmq
 

@@ -1,4 +1,4 @@
-# The compiled twin of dafka/outbox.py is that same file compiled by Cython as dafka._coutbox (setup.py), with
+# The compiled twin of dafka/producer/outbox.py is that same file compiled by Cython as dafka.producer._coutbox (setup.py), with
 # the types this file declares: Outbox becomes a class with typed fields, so that publish(), once per record,
 # reads and writes them in C.  Sequences stay Python ints (they run to 2^64-1, as in the pure class); byte
 # counts are C integers.  One source for both: tests/test_extensions.py runs both through the same calls.

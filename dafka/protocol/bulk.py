@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Hashable
 
-from . import proto
+from .. import protocol as proto
 
 MAX_BYTES = 256 * 1024  # record contents per DIRECT-RECORDS (a bigger record travels alone)
 FIRST_COUNT = 256  # records in an answer's first message, before their size is known
@@ -27,13 +27,13 @@ FIRST_COUNT = 256  # records in an answer's first message, before their size is 
 # me) before N, Q, R, T and V (what it reads).  What arrives at once on the other connection (a FETCH) could
 # meet D alone, and be answered in a form without keys: an answering peer waits until the requester's first
 # subscription is this old (Settling), and a producer takes a prefix for a reference peer's after as long
-# alone (dafka.batching.Audience).
+# alone (dafka.protocol.batching.Audience).
 SETTLE = 0.1
 # the ids a requester subscribes with its own address: what it is answered, and how
 REQUESTER_IDS = frozenset((proto.DIRECT_RECORD, proto.DIRECT_RECORDS, proto.DIRECT_KEYED_RECORDS, proto.DIRECT_GAP,
                            proto.DIRECT_TAIL, proto.DIRECT_PARTITIONS))
 # The last of them that a requester of this version subscribes, both when it connects (sorted) and when it
-# subscribes on a live connection (dafka.consumer_state.ConsumerState.own_subscriptions, ``subscriptions``
+# subscribes on a live connection (dafka.consumer.state.ConsumerState.own_subscriptions, ``subscriptions``
 # below: V after D, N, P, R and T): once it is here, its FETCHes need not wait out SETTLE.  A requester that
 # never subscribes it (a reference peer, a dafka-py 0.2 peer, one without keys) still waits SETTLE.
 LAST_REQUESTER_ID = proto.DIRECT_KEYED_RECORDS
@@ -64,7 +64,7 @@ class Negotiated:
 
     def __init__(self, per_pipe: bool = False) -> None:
         # With XPUB_VERBOSER (a producer's) every pipe's (un)subscription is seen: a requester that reconnected
-        # before its old pipe went still reads them when the old one's unsubscription comes (dafka.inflight).
+        # before its old pipe went still reads them when the old one's unsubscription comes (dafka.core.inflight).
         self._pipes: Counter[tuple[bytes, str]] | None = Counter() if per_pipe else None
         self.records: set[str] = set()  # subscribed R<requester>: DIRECT-RECORDS
         self.partitions: set[str] = set()  # subscribed P<requester>: DIRECT-PARTITIONS

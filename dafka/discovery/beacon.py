@@ -21,14 +21,15 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import zmq
 
-from . import net, proto
+from .. import protocol as proto
+from ..core import net
 
 if TYPE_CHECKING:
-    from .security import Curve
+    from ..core.security import Curve
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,13 @@
 """What the sans-I/O states that take records from a SUB socket (consumer,
 store writer) share: the table of known record headers, and the dispatch on
-it that :func:`dafka.peer.drain_records` relies on."""
+it that :func:`dafka.core.peer.drain_records` relies on."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from . import proto
+from .. import protocol as proto
 
 log = logging.getLogger(__name__)
 
