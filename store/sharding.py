@@ -2,7 +2,7 @@
 
 :class:`ShardedWriterState` is the store writer's state
 (:class:`~dafka.store.writer_state.WriterState`) for ``store/replicas`` R > 0:
-it holds the partitions that :class:`~dafka.store.placement.Placement` says
+it holds the partitions that :class:`~dafka.discovery.placement.Placement` says
 this store owns, and the ones it is handing over, and nothing else.
 
 * It learns every partition from HEADs (the writer subscribes ``H`` for all
@@ -29,7 +29,7 @@ from dafka.protocol import batching
 from dafka import protocol as proto
 
 from . import keys
-from .placement import Key, Placement, StoreMember
+from dafka.discovery.placement import Key, Placement, StoreMember
 from .writer_state import Partition, WriterState
 
 log = logging.getLogger(__name__)

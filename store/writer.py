@@ -31,7 +31,7 @@ from dafka.core.peer import drain_records, queue_messages
 from . import cleaner, compaction, keys, memory, retention
 from .database import SharedDB
 from .errors import StoreError
-from .placement import Placement
+from dafka.discovery.placement import Placement
 from .role import RoleThread
 from .sharding import ShardedWriterState
 from .writer_state import Partition, WriterState

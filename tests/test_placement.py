@@ -1,4 +1,4 @@
-"""Placement of partitions on sharded stores (store/placement.py, rfc 16), without sockets."""
+"""Placement of partitions on sharded stores (dafka/discovery/placement.py, rfc 16), without sockets."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import collections
 
 from hypothesis import given, settings, strategies as st
 
-from dafka.store.placement import Placement, StoreMember, place, weight
+from dafka.discovery.placement import Placement, StoreMember, place, weight
 
 STORES = [f"{n:032X}" for n in range(1, 9)]
 KEYS = [("orders", f"{n:032X}") for n in range(1000, 1400)]

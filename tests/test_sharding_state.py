@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dafka import protocol as proto
-from dafka.store.placement import Placement, place
+from dafka.discovery.placement import Placement, place
 from dafka.store.sharding import ShardedWriterState
 
 ME, OTHER, THIRD = "A" * 32, "B" * 32, "C" * 32  # store identities

@@ -28,7 +28,7 @@ from typing import Any
 from dafka.protocol import batching
 from dafka import protocol as proto
 from dafka.groups.state import OFFSETS_TOPIC
-from dafka.store.placement import place
+from dafka.discovery.placement import place
 
 HISTORY = 300  # samples (one a second) kept for the charts
 RATE_WINDOW = 5.0  # seconds over which a rate is measured

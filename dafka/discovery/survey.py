@@ -36,7 +36,7 @@ import zmq
 from .. import protocol as proto
 from ..config import Config
 from ..core.peer import DataSocket, connect, new_address, read_subscriptions
-from ..store.placement import place
+from .placement import place
 from .beacon import CONNECT, Beacon
 
 
