@@ -187,3 +187,38 @@ def test_a_partition_resumed_while_its_topic_was_surveyed_is_stopped_when_its_le
     gateway = asyncio.run(asyncio.wait_for(learn(), 30))
     assert Resumed.stopped == 3 and gateway.producers == {}
     assert gateway.views["t"].count == 3
+
+
+def test_a_topic_whose_partition_another_process_still_writes_is_known_and_that_partition_unsure():
+    """A partition whose resume raises (its last writer still beacons it, PartitionClaimed) does not take its
+    topic away: the others are served, and a Produce to it resumes it again.  Without its topic, a gateway
+    answered UNKNOWN_TOPIC_OR_PART for every partition for the resume timeout (nemesis, seed 12)."""
+    import asyncio
+
+    import types
+
+    from dafka.errors import PartitionClaimed
+    from dafka.kafka.mapping import address_of
+    from dafka.kafka.server import KafkaGateway
+    from helpers import loopback_config
+
+    class Leads:
+        def leads(self, topic, index):
+            return True
+
+    async def learn():
+        gateway = KafkaGateway(loopback_config())
+        gateway.mapping = Leads()
+
+        async def partition(key, resumed=None):
+            if key[1] == 1:
+                raise PartitionClaimed("still beaconed")
+            gateway.producers[key] = producer = types.SimpleNamespace(next_offset=10)
+            return producer
+        gateway._partition = partition
+        await gateway._learn("t", create=False, found={address_of("t", i): 9 for i in range(3)})
+        return gateway
+
+    gateway = asyncio.run(asyncio.wait_for(learn(), 30))
+    view = gateway.views["t"]
+    assert view.count == 3 and view.unsure == {1} and set(gateway.producers) == {("t", 0), ("t", 2)}
