@@ -1,4 +1,4 @@
-"""Golden-vector and error-case tests for the Dafka wire codec (dafka.protocol.codec).
+"""Golden-vector and error-case tests for the Dafka wire codec (dafka.protocol).
 
 The expected bytes come only from the reference's golden vectors
 (``tests/data/wire_vectors.txt``, made by the C reference encoder); the

@@ -1,4 +1,4 @@
-"""Property-based tests for the Dafka wire codec (dafka.protocol.codec).
+"""Property-based tests for the Dafka wire codec (dafka.protocol).
 
 * Round trips: ``decode(encode(m)) == m`` for every message type over the full
   field ranges (0..255-byte strings, unicode and arbitrary bytes carried with

@@ -3,7 +3,7 @@
 ``latest`` means every record produced after the subscription, on every
 partition.  A reader cannot see when a record was produced, so it asks the
 peers that hold records: it subscribes ``A<own address>`` NUL 0x01 ``since``
-``subject`` (:func:`dafka.protocol.codec.heads_at_prefix`), and every dafka-py
+``subject`` (:func:`dafka.protocol.encoding.heads_at_prefix`), and every dafka-py
 producer and store reader its SUB connects to, now or later, answers once
 with a HEADS-AT: the last sequence of each partition it held at ``since``.
 A record a peer held before the subscription was produced before it, so

@@ -3,7 +3,7 @@ RECORDS and DIRECT-RECORDS into :class:`~dafka.records.Record` (rfc/dafka.md
 sections 12 and 13), a store writer building the LevelDB keys of a batch and
 putting them in a write batch.
 
-Kept apart from the codec (:mod:`dafka.protocol.codec`) because each function here has
+Kept apart from the codec (:mod:`dafka.protocol.encoding`, :mod:`dafka.protocol.decoding`) because each function here has
 a compiled twin, ``dafka/protocol/_cpacking.pyx``, that gives the same result for any
 input in a C loop (:mod:`dafka.core.extensions`; ``DAFKA_NO_EXTENSIONS=1`` keeps
 these).  The pure versions already run no Python bytecode per record (``map``

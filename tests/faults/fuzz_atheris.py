@@ -13,10 +13,10 @@ written to ``crash-<sha1>`` and can be replayed with
 
 Each input is split by a ``FuzzedDataProvider`` into one of these targets:
 
-0. ``dafka.protocol.codec.decode`` on 1-4 frames: returns a message or raises
+0. ``dafka.protocol.decoding.decode`` on 1-4 frames: returns a message or raises
    ``MalformedMessage``, nothing else, and a decoded message re-encodes to the
    same frames.
-1. ``dafka.protocol.codec.decode_subscription`` (same contract, re-encodes exactly),
+1. ``dafka.protocol.subscriptions.decode_subscription`` (same contract, re-encodes exactly),
    ``decode_beacon`` and ``decode_tower_beacon``.
 2. The consumer state machine (``ConsumerState``) fed a sequence of frames,
    subscriptions and clock ticks: it never raises, and it hands each

@@ -13,7 +13,7 @@ process is a raw peer:
 * a PUB connected to the tower's XSUB, sending beacon garbage.
 
 Hypothesis draws random frame lists and mutations of valid frames produced
-with ``dafka.protocol.codec.encode`` (bounded to ~20 s; seed ``$DAFKA_FUZZ_SEED``).
+with ``dafka.protocol.encoding.encode`` (bounded to ~20 s; seed ``$DAFKA_FUZZ_SEED``).
 Afterwards every peer must still be alive, must have counted what it dropped
 (``stats()['malformed']``), a valid record must still go end to end, and the
 store's LevelDB must open with every key decoding with ``store/keys.py``.
