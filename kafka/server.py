@@ -52,7 +52,7 @@ from typing import Any, TypeVar
 from dafka.aio import AsyncConsumer, AsyncProducer, SendFuture
 from dafka.config import Config
 from dafka.errors import BufferFull, DafkaError, PartitionClaimed, RecordTooLarge
-from dafka.groups.state import decode_commits, encode_commits, offsets_topic
+from dafka.protocol.commits import decode_commits, encode_commits, offsets_topic
 from dafka.core.peer import partition_address
 from dafka.discovery.survey import StatusPeer, Survey
 

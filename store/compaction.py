@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from dafka.groups.state import OFFSETS_TOPIC, is_snapshot
+from dafka.protocol.commits import OFFSETS_TOPIC, is_snapshot
 
 from . import keys, retention
 from .writer_state import Partition

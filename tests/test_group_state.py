@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from dafka.consumer import latest
 from dafka import protocol as proto
 from dafka.consumer.state import ConsumerState
-from dafka.groups.state import GroupState, Member, decode_commits, encode_commits
+from dafka.groups.state import GroupState, Member
+from dafka.protocol.commits import decode_commits, encode_commits
 
 GROUP = "billing"
 TOPIC = "orders"

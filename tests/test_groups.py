@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from dafka import Consumer, Producer
-from dafka.groups.state import decode_commits, offsets_topic
+from dafka.protocol.commits import decode_commits, offsets_topic
 from dafka.core.peer import new_address
 from helpers import loopback_config
 from refconsumer import RefConsumer

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dafka import protocol as proto
-from dafka.groups.state import decode_commits, encode_commits, is_snapshot, offsets_topic
+from dafka.protocol.commits import decode_commits, encode_commits, is_snapshot, offsets_topic
 from dafka.store import compaction, keys
 from dafka.store.writer_state import WriterState
 from test_store_state import _apply as apply

@@ -19,7 +19,7 @@ from helpers import loopback_config, wait_for
 from rawpeer import RawPeer
 from dafka import Consumer, Producer, protocol as proto
 from dafka.protocol import batching
-from dafka.groups.state import encode_commits, offsets_topic
+from dafka.protocol.commits import encode_commits, offsets_topic
 from dafka.core.peer import new_address
 from dafka.store import Store, keys
 

@@ -35,7 +35,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from dafka import __version__
-from dafka.groups.state import OFFSETS_TOPIC, decode_commits
+from dafka.protocol.commits import OFFSETS_TOPIC, decode_commits
 from dafka.mirror.provenance import PROVENANCE_TOPIC, MalformedProvenance, Provenance
 
 from . import values

@@ -27,7 +27,7 @@ from typing import Any
 
 from dafka.protocol import batching
 from dafka import protocol as proto
-from dafka.groups.state import OFFSETS_TOPIC
+from dafka.protocol.commits import OFFSETS_TOPIC
 from dafka.discovery.placement import place
 
 HISTORY = 300  # samples (one a second) kept for the charts

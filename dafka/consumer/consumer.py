@@ -21,7 +21,7 @@ from ..core.loop import Loop, Timer
 from ..core.peer import ConfigLike, DataSocket, PeerLinks, as_config, drain_records, new_address, queue_messages
 from ..errors import Closed
 from ..groups.membership import Callback, ConsumerRebalanceListener, Membership
-from ..groups.state import Key, offsets_topic
+from ..protocol.commits import Key, offsets_topic
 from ..records import Record, TopicPartition, deserialized
 from .offsets import OffsetJournal
 from .state import ConsumerState

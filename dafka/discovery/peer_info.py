@@ -20,7 +20,6 @@ from typing import Any, Callable
 
 import zmq
 
-from .. import __version__
 from .. import protocol as proto
 
 log = logging.getLogger(__name__)
@@ -66,6 +65,7 @@ def _call(describe: Describe | None, what: str) -> dict[str, Any]:
 
 def info(describe: Describe | None = None) -> dict[str, Any]:
     """The body of this process's PEER-INFO, with ``describe()``'s map as ``details``."""
+    from .. import __version__  # here: the facade's type-checking block imports the roles, which import this
     times = os.times()
     return {
         "version": __version__,

@@ -15,13 +15,17 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
+import zmq
+
+from ..config import Config
+from ..consumer.state import ConsumerState
+from ..core.loop import Loop
+from ..core.peer import DataSocket
+from ..protocol.commits import Key, encode_commits, offsets_topic
 from ..records import Record, TopicPartition
-from .state import GroupState, Key, encode_commits, offsets_topic
-
-if TYPE_CHECKING:
-    from ..consumer.consumer import Consumer
+from .state import GroupState
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +49,25 @@ class ConsumerRebalanceListener:
         """After the member started reading ``assigned``, each from its last commit."""
 
 
+class GroupedConsumer(Protocol):
+    """What a member uses of its :class:`~dafka.consumer.consumer.Consumer`: its identity, and the state,
+    sockets and loop it runs in (a type of its own, so that this module does not import the consumer's)."""
+
+    address: str
+    config: Config
+    _ctx: zmq.Context[Any]
+    _state: ConsumerState
+    _xpub: zmq.Socket[Any]
+    _loop: Loop
+    _data: DataSocket
+
+    def _positions(self) -> dict[Key, int]: ...
+
+
 class Membership:
     def __init__(
         self,
-        consumer: Consumer[Any],
+        consumer: GroupedConsumer,
         group: str,
         *,
         on_assign: Callback | None,
