@@ -3,6 +3,7 @@
     python tests/check_dist.py DIST_DIR
 
 * ``twine check --strict`` passes on the sdist and the wheel;
+* the wheel's metadata gives the license as an SPDX expression (MPL-2.0) and holds its text;
 * the wheel holds the dafka package only (no tests, bench, docs or examples),
   with ``py.typed`` and every mapped subpackage;
 * the sdist holds what running the tests and building the docs need;
@@ -21,12 +22,13 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-WHEEL_PACKAGES = {"dafka", "dafka/store", "dafka/towerd", "dafka/cli", "dafka/spark", "dafka/spark/examples",
+WHEEL_PACKAGES = {"dafka", "dafka/protocol", "dafka/producer", "dafka/consumer", "dafka/groups", "dafka/discovery",
+                  "dafka/core", "dafka/store", "dafka/towerd", "dafka/cli", "dafka/spark", "dafka/spark/examples",
                   "dafka/cdc", "dafka/mirror", "dafka/ui", "dafka/kafka"}
 # the console's pages ship in the wheel (nothing is fetched at run time)
 WHEEL_FILES = ["dafka/ui/templates/base.html", "dafka/ui/templates/overview.html", "dafka/ui/static/console.js",
                "dafka/ui/static/console.css"]
-SDIST_NEEDS = ["tox.ini", "pyproject.toml", "CHANGELOG.md", "MANIFEST.in", "tests/conftest.py",
+SDIST_NEEDS = ["LICENSE", "tox.ini", "pyproject.toml", "CHANGELOG.md", "MANIFEST.in", "tests/conftest.py",
                "tests/data/wire_vectors.txt", "tests/data/store-0.1.0/CURRENT", "tests/faults/faultkit.py",
                "tests/typing/user_code.py", "docs/conf.py", "examples/producer_consumer.py", "rfc/dafka.md",
                "bench/run.py", ".ci/run", "setup.py", "dafka/protocol/_cpacking.pyx", "dafka/producer/_coutbox.pxd",
@@ -52,6 +54,11 @@ def problems(dist: Path) -> list[str]:
     packages = {name.rsplit("/", 1)[0] for name in names if name.endswith("/__init__.py")}
     if packages != WHEEL_PACKAGES:
         out.append(f"the wheel's packages: {sorted(packages)}, expected {sorted(WHEEL_PACKAGES)}")
+    metadata = next((zipfile.ZipFile(wheels[0]).read(n).decode() for n in names if n.endswith(".dist-info/METADATA")), "")
+    if "License-Expression: MPL-2.0" not in metadata.splitlines():
+        out.append("the wheel's metadata does not say License-Expression: MPL-2.0")
+    if not any(n.endswith(".dist-info/licenses/LICENSE") for n in names):
+        out.append("the wheel holds no LICENSE")
     if "dafka/py.typed" not in names:
         out.append("the wheel has no dafka/py.typed")
     out += [f"the wheel lacks {need}" for need in WHEEL_FILES if need not in names]
