@@ -165,6 +165,29 @@ def test_a_twin_that_expires_is_a_dead_predecessor_one_that_stays_claims_the_par
     assert s.decide(4.0, peers=1, replayed=True, twins=[]) is None  # (ANSWER_WAIT long past)
     s.on_message(partitions("R1"))  # the twin never wrote: the store holds nothing of it
     assert s.decide(4.1, peers=1, replayed=True, twins=[]) == NO_HEAD
+    # gone, and one of the three stores found is killed before it answers: the two others' whole answers,
+    # without the partition, say it has no record (min_acks 2); before, the resume waited for the dead one
+    s = ResumeState(ME, "orders", requester=REQ, min_stores=2, started=0.0, timeout=5.0)
+    for _ in range(3):
+        s.on_connection()
+        s.on_store_reader(0.0)
+    assert s.decide(1.0, peers=3, replayed=True, twins=["tcp://127.0.0.1:9"]) is None
+    assert s.decide(2.0, peers=3, replayed=True, twins=[]) is None and s.asks_due
+    s.ask(2.0)
+    s.on_message(partitions("R1"))
+    assert s.decide(4.0, peers=3, replayed=True, twins=[]) is None  # one whole answer of the two needed
+    s.on_message(partitions("R2", ("other", "P", 5)))
+    assert s.decide(4.1, peers=3, replayed=True, twins=[]) == NO_HEAD
+    s = ResumeState(ME, "orders", requester=REQ, min_stores=2, started=0.0, timeout=5.0)
+    for _ in range(3):
+        s.on_connection()
+        s.on_store_reader(0.0)
+    s.decide(1.0, peers=3, replayed=True, twins=["tcp://127.0.0.1:9"])
+    s.decide(2.0, peers=3, replayed=True, twins=[])
+    s.ask(2.0)
+    s.on_message(partitions("R1"))
+    with pytest.raises(ResumeError, match=r"no store named the partition and 1 of 3 store\(s\) found gave a whole"):
+        s.decide(5.0, peers=3, replayed=True, twins=[])
     s = state(timeout=5.0)
     with pytest.raises(PartitionClaimed, match="tcp://127.0.0.1:9"):
         s.decide(5.0, peers=1, replayed=True, twins=["tcp://127.0.0.1:9"])

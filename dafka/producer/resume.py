@@ -158,7 +158,11 @@ class ResumeState:
             # Silence stands for a new partition only where no live twin had it: one that did may have
             # written, and the stores' answers may be what is missing (a nemesis run saw a gateway resume a
             # partition of 1,600 records at -1 without a word from any store)
-            if now >= self.last_ask + ANSWER_WAIT and (self.heads_seen or not self._had_twin):
+            # ...unless enough dafka-py stores gave their whole answer: a reader counted here may have died
+            # since it subscribed (a store killed while a CDC connector restarted waited out the resume timeout
+            # for an empty partition)
+            if now >= self.last_ask + ANSWER_WAIT and (
+                    self.heads_seen or not self._had_twin or len(self.answered) >= self.min_stores):
                 return self.head
         if late:
             if self._replayed_at is None and not replayed:
@@ -166,6 +170,13 @@ class ResumeState:
                     f"cannot resume partition {self.address} of topic {self.topic!r}: no tower replayed the live "
                     f"peers within producer/resume_timeout ({self.timeout * 1000:.0f} ms); check beacon/pub_address "
                     "and beacon/sub_address")
+            if self.readers >= self.min_stores:
+                raise ResumeError(
+                    f"cannot resume partition {self.address} of topic {self.topic!r}: its last writer went, and "
+                    f"within producer/resume_timeout ({self.timeout * 1000:.0f} ms) no store named the partition "
+                    f"and {len(self.answered)} of {self.readers} store(s) found gave a whole answer, "
+                    f"{self.min_stores} needed (max(1, producer/min_acks)); start the stores, or raise "
+                    "producer/resume_timeout")
             raise ResumeError(
                 f"cannot resume partition {self.address} of topic {self.topic!r}: {self.readers} store(s) "
                 f"answered within producer/resume_timeout ({self.timeout * 1000:.0f} ms), {self.min_stores} "
