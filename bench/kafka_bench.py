@@ -225,8 +225,13 @@ deadline, steady = time.monotonic() + 60, None
 while time.monotonic() < deadline and (steady is None or time.monotonic() < steady + 3):
     if c.consume(1000, 0.1) and steady is None:
         steady = time.monotonic()
-meta = p.list_topics(topic, 30).topics[topic].partitions
-state["victim"] = {i for i, part in meta.items() if part.leader == victim_node}
+deadline = time.monotonic() + 60  # (both gateways in the metadata, each leading some partitions: a loaded
+while True:                        # machine's gateways may not have heard each other yet)
+    meta = p.list_topics(topic, 30)
+    state["victim"] = {i for i, part in meta.topics[topic].partitions.items() if part.leader == victim_node}
+    if (state["victim"] and len(meta.brokers) == 2) or time.monotonic() > deadline:
+        break
+    time.sleep(0.5)
 state["killed"] = time.monotonic()
 os.kill(victim_pid, signal.SIGKILL)
 deadline = time.monotonic() + 90
