@@ -14,6 +14,10 @@ topic's sequences partition and acked by ``producer/min_acks`` stores.  A
 gateway that resumes a partition reads the tail of those entries back
 (:meth:`Sequences.restore`): an entry whose records the partition does not
 hold (the gateway died in between) is left out, so its retry is appended.
+One whose first records the partition holds, but not its last (the gateway
+died while they went out: a batch may leave in more than one message), is
+kept as partial: its retry appends only the records after those
+(:data:`PARTIAL`, :meth:`Sequences.take_partial`).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ class ProducerEntry:
     batches: deque[tuple[int, int, int]] = field(default_factory=lambda: deque(maxlen=CACHED))  # first, last, offset
 
 
-APPEND, DUPLICATE, REFUSE = "append", "duplicate", "refuse"
+APPEND, DUPLICATE, REFUSE, PARTIAL = "append", "duplicate", "refuse", "partial"
 SEQUENCES_TOPIC = "__dafka_kafka_sequences."  # + topic: where its partitions' idempotent batches are noted
 
 
@@ -87,14 +91,21 @@ class Sequences:
         # Producer ids unique across restarts and gateways without a record of them: the clock's ms, then a
         # counter in steps of ID_NODES whose remainder is the node's (< 2**63 until the year 2248).
         self._ids = itertools.count((int(time.time() * 1000) << 12) * ID_NODES + node_id % ID_NODES, ID_NODES)
+        # (partition, producer id) -> (epoch, first and last sequence, first offset, records stored) of a batch
+        # partly stored when its gateway died
+        self.partials: dict[tuple[tuple[str, int], int], tuple[int, int, int, int, int]] = {}
 
     def new_id(self) -> int:
         return next(self._ids)
 
     def check(self, key: tuple[str, int], pid: int, epoch: int, base_seq: int, count: int) -> tuple[str, int]:
-        """(APPEND, -1), (DUPLICATE, the offset it got) or (REFUSE, Kafka's error code)."""
+        """(APPEND, -1), (DUPLICATE, the offset it got), (PARTIAL, how many of its first records the partition
+        holds) or (REFUSE, Kafka's error code)."""
         if pid < 0:
             return APPEND, -1
+        partial = self.partials.get((key, pid))
+        if partial is not None and partial[:3] == (epoch, base_seq, (base_seq + count - 1) % SEQUENCE_WRAP):
+            return PARTIAL, partial[4]
         entry = self.partitions.get(key, {}).get(pid)
         if entry is None:
             return APPEND, -1  # a new producer, or one whose state is gone (as Kafka's after retention)
@@ -121,14 +132,33 @@ class Sequences:
         for e in kept:
             if e.count < 0 or e in void:
                 continue
-            if e.partition in heads and e.offset + e.count - 1 <= heads[e.partition]:
+            head = heads.get(e.partition)
+            if head is None or head < e.offset:
+                continue
+            if e.offset + e.count - 1 <= head:
                 self.record((topic, e.partition), e.pid, e.epoch, e.base, e.count, e.offset)
-                taken += 1
+            else:  # only its first records went out before the gateway died
+                self.partials[((topic, e.partition), e.pid)] = (
+                    e.epoch, e.base, (e.base + e.count - 1) % SEQUENCE_WRAP, e.offset, head - e.offset + 1)
+            taken += 1
         return taken
+
+    def take_partial(self, key: tuple[str, int], pid: int) -> tuple[int, int]:
+        """The first offset of ``pid``'s batch partly stored in ``key``, and how many of its records are,
+        for its retry (which then appends the rest: :meth:`record` the whole batch after)."""
+        _, _, _, offset, present = self.partials.pop((key, pid))
+        return offset, present
+
+    def forget(self, key: tuple[str, int]) -> None:
+        """Drop what is known of a partition's producers (another gateway writes it now)."""
+        self.partitions.pop(key, None)
+        for partial in [k for k in self.partials if k[0] == key]:
+            del self.partials[partial]
 
     def record(self, key: tuple[str, int], pid: int, epoch: int, base_seq: int, count: int, offset: int) -> None:
         if pid < 0:
             return
+        self.partials.pop((key, pid), None)
         entries = self.partitions.setdefault(key, {})
         entry = entries.get(pid)
         if entry is None or epoch != entry.epoch:

@@ -41,6 +41,7 @@ response, one request at a time per connection, as a Kafka broker does.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import ssl
 import struct
@@ -61,7 +62,9 @@ from .gateways import (
     ANNOUNCE_SECONDS, ANNOUNCE_TOPIC, REGISTRY_KEY, Gateways, Node, StallGuard, decode_announcement,
     encode_announcement, group_key, partition_key,
 )
-from .idempotence import APPEND, DUPLICATE, SEQUENCES_TOPIC, BatchEntry, decode_entry as decode_batch_entry
+from .idempotence import (
+    APPEND, DUPLICATE, PARTIAL, SEQUENCE_WRAP, SEQUENCES_TOPIC, BatchEntry, decode_entry as decode_batch_entry,
+)
 from .mapping import (
     NODE_ID, Answer, Appends, Commit, Create, Held, Mapping, Reads, Replies, Seek, TopicView, address_of, index_of,
 )
@@ -461,7 +464,7 @@ class KafkaGateway:
         view = self.views.get(key[0])
         if view is not None:
             view.unsure.add(key[1])
-        self.mapping.sequences.partitions.pop(key, None)
+        self.mapping.sequences.forget(key)
         return noted
 
     def _hand_over_group(self, group: str) -> AsyncProducer[bytes] | None:
@@ -1303,13 +1306,23 @@ class KafkaGateway:
         action, value = sequences.check(key, pid, epoch, base, count)
         if action == DUPLICATE:
             return 0, value, True
-        if action != APPEND:
+        partial_offset = -1
+        rest = batch
+        if action == PARTIAL:  # its first records are stored (its gateway died while they went out): the rest
+            partial_offset, present = sequences.take_partial(key, pid)
+            rest = dataclasses.replace(
+                batch, values=batch.values[present:], keys=None if batch.keys is None else batch.keys[present:],
+                record_attributes=batch.record_attributes[present:], count=count - present,
+                base_sequence=(base + present) % SEQUENCE_WRAP)
+            log.info("%s/%d: a retried batch found %d of its %d records stored: the rest appended", key[0], key[1],
+                     present, count)
+        elif action != APPEND:
             return value, -1, False
         entry = None
         if pid >= 0:
             try:
-                await producer.wait_for_room(count, batch.body_bytes)  # (at least the records' bytes)
-                entry = BatchEntry(key[1], pid, epoch, base, count, producer.next_offset)
+                await producer.wait_for_room(rest.count, rest.body_bytes)  # (at least the records' bytes)
+                entry = BatchEntry(key[1], pid, epoch, rest.base_sequence, rest.count, producer.next_offset)
                 noted = await self._sequence_producers[key].send(entry.encode())
                 await asyncio.wait_for(asyncio.shield(noted.future()), timeout)
             except PartitionClaimed:
@@ -1319,7 +1332,7 @@ class KafkaGateway:
                 log.warning("%s/%d: an idempotent batch was not noted (%s): not appended", key[0], key[1], exc)
                 return errors.REQUEST_TIMED_OUT, -1, False
         try:
-            first = await producer.send_many(batch.values, keys=batch.keys, attributes=batch.record_attributes)
+            first = await producer.send_many(rest.values, keys=rest.keys, attributes=rest.record_attributes)
         except PartitionClaimed:
             if entry is not None:  # its offsets may be the other writer's: the note must not answer a retry
                 try:
@@ -1332,6 +1345,8 @@ class KafkaGateway:
             if entry is not None:  # the note must not stand for the records that take these offsets
                 await self._sequence_producers[key].send(entry.voided().encode())
             return (errors.MESSAGE_TOO_LARGE if isinstance(exc, RecordTooLarge) else errors.REQUEST_TIMED_OUT), -1, False
+        if partial_offset >= 0:
+            first = partial_offset
         sequences.record(key, pid, epoch, base, count, first)
         return 0, first, False
 

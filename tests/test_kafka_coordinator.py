@@ -148,6 +148,26 @@ def test_noted_batches_read_back_answer_their_retries_unless_their_records_are_m
     assert Sequences().restore("t", entries, {}) == 0  # (a partition not resumed: nothing of it)
 
 
+def test_a_batch_partly_stored_when_its_gateway_died_appends_only_the_rest_on_its_retry():
+    """A batch's records may leave in more than one message: the gateway died after offsets 5 and 6 of a
+    noted batch of 4 were stored (head 6).  Appended whole again, its retry stored 5 and 6 twice (nemesis,
+    seed 58: one record read twice); it appends the other two now, and answers with the batch's first
+    offset."""
+    from dafka.kafka.idempotence import PARTIAL, BatchEntry
+    key, pid = ("t", 0), 7
+    sequences = Sequences()
+    assert sequences.restore("t", [BatchEntry(0, pid, 0, 0, 5, 0), BatchEntry(0, pid, 0, 5, 4, 5)], {0: 6}) == 2
+    assert sequences.check(key, pid, 0, 0, 5) == (DUPLICATE, 0)
+    assert sequences.check(key, pid, 0, 5, 4) == (PARTIAL, 2)
+    assert sequences.check(key, pid, 1, 5, 4) == (REFUSE, errors.OUT_OF_ORDER_SEQUENCE_NUMBER)  # (another epoch)
+    assert sequences.take_partial(key, pid) == (5, 2)
+    sequences.record(key, pid, 0, 5, 4, 5)  # the rest appended: the whole batch answers its retries again
+    assert sequences.check(key, pid, 0, 5, 4) == (DUPLICATE, 5) and sequences.check(key, pid, 0, 9, 1) == (APPEND, -1)
+    sequences.restore("t", [BatchEntry(0, pid, 0, 9, 3, 9)], {0: 10})
+    sequences.forget(key)  # another gateway writes the partition now
+    assert sequences.partials == {} and sequences.check(key, pid, 0, 9, 3) == (APPEND, -1)
+
+
 @given(st.one_of(st.binary(max_size=80), st.lists(st.one_of(st.integers(-2 ** 64, 2 ** 64), st.booleans(),
                                                              st.none(), st.text(max_size=3)), max_size=7).map(
     lambda fields: __import__("json").dumps(fields).encode())))

@@ -222,3 +222,52 @@ def test_a_topic_whose_partition_another_process_still_writes_is_known_and_that_
     gateway = asyncio.run(asyncio.wait_for(learn(), 30))
     view = gateway.views["t"]
     assert view.count == 3 and view.unsure == {1} and set(gateway.producers) == {("t", 0), ("t", 2)}
+
+
+def test_the_retry_of_a_batch_partly_stored_appends_only_its_missing_records_and_answers_its_first_offset():
+    """The gateway that resumes a partition found 2 of a noted batch's 4 records stored (its last gateway
+    died while they went out): the client's retry of the batch appends the other 2, noted as such, and gets
+    the batch's first offset; a second retry is answered as a duplicate."""
+    import asyncio
+    import types
+
+    from dafka.kafka.batches import Batch
+    from dafka.kafka.idempotence import BatchEntry, Sequences, decode_entry
+    from dafka.kafka.server import KafkaGateway
+    from helpers import loopback_config
+
+    key, pid = ("t", 0), 7
+    sent, noted = [], []
+
+    class Producer:
+        next_offset = 7  # offsets 5 and 6 hold the batch's first two records
+
+        async def wait_for_room(self, count, nbytes):
+            pass
+
+        async def send_many(self, values, keys=None, attributes=None):
+            first = self.next_offset
+            sent.append((first, list(values), keys, list(attributes)))
+            self.next_offset += len(values)
+            return first
+
+    class Noted:
+        async def send(self, value):
+            noted.append(decode_entry(value))
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return types.SimpleNamespace(future=lambda: done)
+
+    async def retry():
+        gateway = KafkaGateway(loopback_config())
+        sequences = Sequences()
+        sequences.restore("t", [BatchEntry(0, pid, 0, 5, 4, 5)], {0: 6})
+        gateway.mapping = types.SimpleNamespace(sequences=sequences)
+        gateway._sequence_producers[key] = Noted()
+        batch = Batch(0, 0, 3, 0, 0, pid, 0, 5, [], body_bytes=4, count=4, values=[b"a", b"b", b"c", b"d"],
+                      keys=None, record_attributes=["A", "B", "C", "D"])
+        return [await gateway._append(key, Producer(), batch, 5.0) for _ in range(2)]
+
+    assert asyncio.run(asyncio.wait_for(retry(), 30)) == [(0, 5, False), (0, 5, True)]
+    assert sent == [(7, [b"c", b"d"], None, ["C", "D"])]
+    assert noted == [BatchEntry(0, pid, 0, 7, 2, 7)]  # the rest: sequences 7 and 8 at offsets from 7
