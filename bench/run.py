@@ -393,7 +393,7 @@ def role_refconsumer(a: argparse.Namespace) -> None:
     sys.path.insert(0, str(HERE.parents[1] / "tests"))
     from refconsumer import RefConsumer
 
-    from dafka.core.peer import new_address
+    from dafka.core.addresses import new_address
 
     consumer = RefConsumer(a.sub, a.pub, new_address(), earliest=True)
     consumer.subscribe(a.topic)

@@ -73,7 +73,7 @@ def simulate(a: argparse.Namespace) -> None:
     import zmq
 
     from dafka import protocol as proto
-    from dafka.core.peer import new_address
+    from dafka.core.addresses import new_address
 
     raise_fd_limit()
     ctx = zmq.Context()

@@ -47,7 +47,7 @@ def build_store(path: str, partitions: int, records: int) -> list[tuple[str, str
     returns (topic, partition, head) of each."""
     import plyvel
 
-    from dafka.core.peer import new_address
+    from dafka.core.addresses import new_address
     from dafka.store import keys
 
     now_ms = int(time.time() * 1000)

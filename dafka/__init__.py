@@ -18,7 +18,7 @@ _WHERE = {
     "Config": "config", "ConfigError": "config", "Consumer": "consumer.consumer",
     "Producer": "producer.producer", "SendHandle": "producer.producer", "Record": "records",
     "RecordMetadata": "records", "TopicPartition": "records", "ConsumerRebalanceListener": "groups.membership",
-    "partition_address": "core.peer",
+    "partition_address": "core.addresses",
 }
 
 __all__ = [
@@ -44,7 +44,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from .config import Config, ConfigError
     from .consumer.consumer import Consumer
-    from .core.peer import partition_address
+    from .core.addresses import partition_address
     from .errors import BufferFull, Closed, DafkaError, FlushTimeout, PartitionClaimed, RecordTooLarge, ResumeError
     from .groups.membership import ConsumerRebalanceListener
     from .producer.producer import Producer, SendHandle

@@ -41,8 +41,8 @@ from typing import Any, Callable, Generator, Generic, Iterable, Sequence, TypeVa
 
 import zmq
 
+from .config import ConfigLike
 from .consumer.consumer import Consumer, ConsumerOptions
-from .core.peer import ConfigLike
 from .errors import BufferFull, Closed, FlushTimeout
 from .groups.membership import Callback, ConsumerRebalanceListener
 from .producer.producer import Producer, SendHandle

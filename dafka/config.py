@@ -39,7 +39,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Union
 
 log = logging.getLogger("dafka.config")
 
@@ -710,3 +710,17 @@ class Config(Mapping[str, Any]):
                 lines.append(f"{indent}#   {key.doc}{unit}")
                 lines.append(f"{indent}{name} = {_format_value(key, self._values[path])}")
             self._dump(node, level + 1, lines)
+
+
+ConfigLike = Union[Config, Mapping[str, object], str, "os.PathLike[str]", None]
+
+
+def as_config(config: ConfigLike) -> Config:
+    """A :class:`Config` from a Config, a dict of overrides, a ZPL file path, or None (defaults)."""
+    if isinstance(config, Config):
+        return config
+    if config is None:
+        return Config.load()
+    if isinstance(config, (str, os.PathLike)):
+        return Config.load(config)
+    return Config.load(overrides=config)

@@ -34,7 +34,7 @@ from fnmatch import fnmatchcase
 from functools import lru_cache
 from typing import Any, Hashable
 
-from dafka.core.peer import partition_address
+from dafka.core.addresses import partition_address
 
 from . import batches, errors
 from .acl import ALLOW_ALL, CREATE, DELETE, DESCRIBE, GROUP, READ, TOPIC, WRITE, Access

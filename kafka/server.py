@@ -54,7 +54,7 @@ from dafka.aio import AsyncConsumer, AsyncProducer, SendFuture
 from dafka.config import Config
 from dafka.errors import BufferFull, DafkaError, PartitionClaimed, RecordTooLarge
 from dafka.protocol.commits import decode_commits, encode_commits, offsets_topic
-from dafka.core.peer import partition_address
+from dafka.core.addresses import partition_address
 from dafka.discovery.survey import StatusPeer, Survey
 
 from . import errors

@@ -33,7 +33,7 @@ from dafka.protocol.attributes import Attributes, record_attributes
 from dafka.config import Config
 from dafka.consumer.consumer import Consumer
 from dafka.errors import BufferFull, DafkaError, PartitionClaimed, ResumeError
-from dafka.core.peer import ConfigLike, as_config
+from dafka.config import ConfigLike, as_config
 from dafka.producer.producer import Producer
 from dafka.discovery.survey import StatusPeer
 

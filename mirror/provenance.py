@@ -17,7 +17,8 @@ import logging
 import time
 from dataclasses import dataclass
 
-from dafka.core.peer import ConfigLike, as_config, partition_address
+from dafka.config import ConfigLike, as_config
+from dafka.core.addresses import partition_address
 
 from .state import PROVENANCE_TOPIC
 

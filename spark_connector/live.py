@@ -46,7 +46,9 @@ from dafka import protocol as proto
 from dafka.discovery.beacon import CONNECT, Beacon
 from dafka.config import Config
 from dafka.core.inflight import fetch_window, mean_size
-from dafka.core.peer import DataSocket, connect, new_address, read_rest, read_subscriptions
+from dafka.discovery.links import DataSocket
+from dafka.core.sockets import connect, read_rest, read_subscriptions
+from dafka.core.addresses import new_address
 from dafka.core.security import Curve
 from dafka.store.running import RunningStore
 

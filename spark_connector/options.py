@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from dafka.core import net
+from dafka.core.endpoints import parse_tcp_endpoint, split_endpoints
 from dafka.config import KEYS, Config, ConfigError
 from dafka.errors import DafkaError
 
@@ -261,14 +261,14 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 def _check_endpoints(value: str, what: str) -> str:
-    endpoints = net.split_endpoints(value)
+    endpoints = split_endpoints(value)
     if not endpoints:
         raise OptionError(f"{what}: no endpoint given")
     for endpoint in endpoints:
         if endpoint.startswith(("ipc://", "inproc://")):
             continue
         try:
-            host, port = net.parse_tcp_endpoint(endpoint)
+            host, port = parse_tcp_endpoint(endpoint)
         except ValueError as exc:
             raise OptionError(f"{what}: {exc} (expected tcp://HOST:PORT)") from None
         if port is None:
@@ -301,7 +301,7 @@ def parse_tower(tower: str, tower_sub: str | None) -> tuple[str, str]:
             raise OptionError(f'option "tower": {one!r} is neither an endpoint (tcp://HOST:PORT) nor a host name')
         return (f"tcp://{one}:{DEFAULT_TOWER_SUB_PORT}", f"tcp://{one}:{DEFAULT_TOWER_PUB_PORT}")
     pub = _check_endpoints(one, 'option "tower"')
-    host, port = net.parse_tcp_endpoint(pub)
+    host, port = parse_tcp_endpoint(pub)
     if port != DEFAULT_TOWER_PUB_PORT:
         raise OptionError(
             f'option "tower" = {pub} is the tower\'s XPUB (beacons come from it); also say where its XSUB '

@@ -49,7 +49,7 @@ from dafka.config import Config
 from dafka.protocol import bulk as bulk_answers
 from dafka.core.inflight import MESSAGE_OVERHEAD, InflightLedger
 from dafka.core.loop import Loop
-from dafka.core.peer import ZERO_COPY_BYTES, raw_send
+from dafka.core.sockets import ZERO_COPY_BYTES, raw_send
 
 from . import keys
 from .database import SharedDB

@@ -12,8 +12,8 @@ import zmq
 from dafka import protocol as proto
 from dafka.discovery.beacon import Beacon, Companion
 from dafka.config import Config
-from dafka.core.net import drain, wake_pipe
-from dafka.core.peer import DataSocket, PeerLinks
+from dafka.core.sockets import drain, wake_pipe
+from dafka.discovery.links import DataSocket, PeerLinks
 
 
 class RoleThread:

@@ -21,7 +21,8 @@ import zmq
 
 from dafka.discovery.beacon import Beacon
 from dafka.metrics import directory_bytes
-from dafka.core.peer import ConfigLike, as_config, new_address
+from dafka.config import ConfigLike, as_config
+from dafka.core.addresses import new_address
 
 from . import keys, running
 from .database import SharedDB, leveldb_options, store_identity

@@ -26,7 +26,7 @@ from dafka.protocol import bulk as bulk_answers
 from dafka.config import Config, ConfigError
 from dafka.core.loop import Loop
 from dafka.protocol.packing import put_all
-from dafka.core.peer import drain_records, queue_messages
+from dafka.core.sockets import drain_records, queue_messages
 
 from . import cleaner, compaction, keys, memory, retention
 from .database import SharedDB

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from dafka import Consumer, Producer, protocol as proto
-from dafka.core.peer import new_address
+from dafka.core.addresses import new_address
 from dafka.store import Store, cleaner
 from helpers import loopback_config, wait_for
 from rawpeer import RawPeer

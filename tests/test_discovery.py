@@ -205,10 +205,10 @@ def test_beacon_state_drops_endpoints_a_peer_could_not_use(frames):
 def test_wake_pipes_of_one_process_never_share_a_name():
     """Names built from id() collided once an owner was collected while its
     pipe was still bound; every pipe now gets a name of its own."""
-    from dafka.core import net
+    from dafka.core import sockets
 
     ctx = zmq.Context()
-    pipes = [net.wake_pipe(ctx, "tower") for _ in range(50)]
+    pipes = [sockets.wake_pipe(ctx, "tower") for _ in range(50)]
     try:
         for wake, waker in pipes:
             waker.send(b"x")

@@ -15,7 +15,7 @@ from refconsumer import RefConsumer
 
 from dafka import Consumer, Producer, protocol as proto
 from dafka.kafka.mapping import address_of
-from dafka.core.peer import new_address
+from dafka.core.addresses import new_address
 from dafka.store import Store
 
 pytestmark = pytest.mark.kafka

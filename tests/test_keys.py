@@ -12,7 +12,7 @@ import pytest
 from dafka import Consumer, Producer, protocol as proto
 from dafka.protocol import attributes
 from dafka.aio import AsyncConsumer, AsyncProducer
-from dafka.core.peer import new_address
+from dafka.core.addresses import new_address
 from dafka.store import Store
 from helpers import loopback_config, take, wait_for
 from rawpeer import RawPeer

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from dafka import Consumer, Producer, RecordTooLarge
-from dafka.core.peer import new_address
+from dafka.core.addresses import new_address
 from dafka.store import Store
 from helpers import loopback_config, take, wait_for
 from refconsumer import RefConsumer

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from dafka import Consumer, Producer, metrics, partition_address
 from dafka.mirror import Mirror, Selection
 from dafka.mirror.state import Phase
-from dafka.core.peer import DataSocket
+from dafka.discovery.links import DataSocket
 from dafka.protocol.attributes import record_attributes
 from dafka.store import Store, keys
 from dafka.towerd.tower import Tower

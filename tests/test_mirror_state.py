@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from dafka.mirror.provenance import MalformedProvenance, Provenance, mirror_address
 from dafka.mirror.state import PROVENANCE_TOPIC, MirrorState, Phase, Selection
-from dafka.core.peer import is_tagged_producer
+from dafka.core.addresses import is_tagged_producer
 
 P = "A" * 32
 KEY = ("orders", P)

@@ -20,7 +20,7 @@ from rawpeer import RawPeer
 from dafka import Consumer, Producer, protocol as proto
 from dafka.protocol import batching
 from dafka.protocol.commits import encode_commits, offsets_topic
-from dafka.core.peer import new_address
+from dafka.core.addresses import new_address
 from dafka.store import Store, keys
 
 GROUP = "billing"

@@ -210,7 +210,7 @@ def test_dafka_producers_do_not_connect_to_each_other_but_to_every_other_peer(to
     squared mesh between them.  A peer with a random address (a reference
     producer, a store) is connected to as before, and gets the producer's
     subscriptions."""
-    from dafka.core.peer import is_tagged_producer, new_address
+    from dafka.core.addresses import is_tagged_producer, new_address
 
     assert is_tagged_producer(new_address(producer=True)) and not is_tagged_producer(new_address())
     reference = fake_store(tower, new_address())  # a random address: could be anything, even a producer

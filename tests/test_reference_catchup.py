@@ -11,7 +11,7 @@ import time
 import pytest
 
 from dafka import Consumer, Producer
-from dafka.core.peer import new_address
+from dafka.core.addresses import new_address
 from dafka.store import Store
 from helpers import loopback_config
 from refconsumer import RefConsumer

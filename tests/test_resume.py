@@ -14,7 +14,7 @@ import pytest
 import zmq
 
 from dafka import Consumer, PartitionClaimed, Producer, ResumeError, partition_address, protocol as proto
-from dafka.core.peer import is_tagged_producer
+from dafka.core.addresses import is_tagged_producer
 from dafka.producer.resume import ANSWER_WAIT, NO_HEAD, SETTLE, ResumeState
 from dafka.store import Store
 from helpers import loopback_config, wait_for

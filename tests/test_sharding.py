@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from dafka import Consumer, Producer, metrics, protocol as proto
 from dafka.config import ConfigError
-from dafka.core.peer import new_address
+from dafka.core.addresses import new_address
 from dafka.store import Store
 from dafka.discovery.survey import StatusPeer
 from helpers import loopback_config, wait_for

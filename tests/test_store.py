@@ -16,7 +16,7 @@ from helpers import loopback_config, wait_for
 from dafka import Consumer, FlushTimeout, Producer, protocol as proto
 from dafka.protocol import bulk as bulk_answers
 from dafka.discovery.beacon import Beacon
-from dafka.core.peer import new_address
+from dafka.core.addresses import new_address
 from dafka.store import Store, StoreLocked, keys
 
 PAD = b"." * 92

@@ -24,7 +24,8 @@ from typing import Any
 
 import zmq
 
-from dafka.core import net
+from dafka.core import endpoints
+from dafka.core import sockets
 from dafka import protocol as proto
 from dafka.config import Config
 from dafka.core.security import Curve, acquire_authenticator, release_authenticator
@@ -84,7 +85,7 @@ class TowerState:
     def endpoint_host(self, beacon_host: str, peer_address: str | None) -> str:
         if beacon_host:
             return beacon_host
-        if peer_address and not net.is_loopback(peer_address):
+        if peer_address and not endpoints.is_loopback(peer_address):
             return peer_address
         if self.loopback_only or self.lan_address is None:
             return "127.0.0.1"
@@ -230,13 +231,13 @@ class Tower:
     def __init__(self, config: Config | None = None, ctx: zmq.Context[Any] | None = None) -> None:
         self.config = config or Config.load()
         self._ctx = ctx or zmq.Context.instance()
-        self._sub_addresses = net.split_endpoints(self.config["tower/sub_address"])
-        self._pub_addresses = net.split_endpoints(self.config["tower/pub_address"])
+        self._sub_addresses = endpoints.split_endpoints(self.config["tower/sub_address"])
+        self._pub_addresses = endpoints.split_endpoints(self.config["tower/pub_address"])
         loopback_only = all(_is_loopback_endpoint(a) for a in self._sub_addresses + self._pub_addresses)
         self.state = TowerState(
             loopback_only,
             self.config["beacon/timeout"] / 1000.0,
-            None if loopback_only else net.first_non_loopback_ipv4(),
+            None if loopback_only else endpoints.first_non_loopback_ipv4(),
             slot=self.config["beacon/interval"] / 1000.0,
         )
         self._xsub = self._ctx.socket(zmq.XSUB)
@@ -261,7 +262,7 @@ class Tower:
         self.pub_endpoint = self._xpub.last_endpoint.decode()
         self._stop = threading.Event()
         # stop() wakes the loop through this pipe: the loop waits on its sockets with no timeout
-        self._wake, self._waker = net.wake_pipe(self._ctx, "tower")
+        self._wake, self._waker = sockets.wake_pipe(self._ctx, "tower")
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         log.info("tower: beacons in on %s, out on %s", self.sub_endpoint, self.pub_endpoint)
@@ -410,7 +411,7 @@ class Tower:
         relayed = 0
         with self._lock:
             while True:
-                message = net.recv_message(xsub)
+                message = sockets.recv_message(xsub)
                 if message is None:
                     return relayed
                 relayed += 1
@@ -432,7 +433,7 @@ class Tower:
 
 def _is_loopback_endpoint(endpoint: str) -> bool:
     try:
-        host, _ = net.parse_tcp_endpoint(endpoint)
+        host, _ = endpoints.parse_tcp_endpoint(endpoint)
     except ValueError:
         return endpoint.startswith(("inproc://", "ipc://"))
-    return net.is_loopback(host)
+    return endpoints.is_loopback(host)

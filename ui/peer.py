@@ -35,9 +35,12 @@ from dafka.protocol import bulk
 from dafka import protocol as proto
 from dafka.discovery.beacon import CONNECT, Beacon
 from dafka.config import Config
-from dafka.core.net import drain, split_endpoints, wake_pipe
+from dafka.core.sockets import drain, wake_pipe
+from dafka.core.endpoints import split_endpoints
 from dafka.protocol.packing import split_contents
-from dafka.core.peer import DataSocket, connect, new_address, read_subscriptions
+from dafka.discovery.links import DataSocket
+from dafka.core.sockets import connect, read_subscriptions
+from dafka.core.addresses import new_address
 
 from .live import Fetching, LiveStarts
 from .model import ClusterModel, tail_prefixes

@@ -17,8 +17,11 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypedDict, TypeVa
 import zmq
 
 from .. import protocol as proto
+from ..config import ConfigLike, as_config
+from ..core.addresses import new_address
 from ..core.loop import Loop, Timer
-from ..core.peer import ConfigLike, DataSocket, PeerLinks, as_config, drain_records, new_address, queue_messages
+from ..core.sockets import drain_records, queue_messages
+from ..discovery.links import DataSocket, PeerLinks
 from ..errors import Closed
 from ..groups.membership import Callback, ConsumerRebalanceListener, Membership
 from ..protocol.commits import Key, offsets_topic

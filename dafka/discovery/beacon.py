@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import zmq
 
 from .. import protocol as proto
-from ..core import net
+from ..core import endpoints, sockets
 
 if TYPE_CHECKING:
     from ..core.security import Curve
@@ -241,13 +241,13 @@ class Beacon:
         self.host = host
         self.port = port
         self.name = name
-        self._tower_sub = net.split_endpoints(tower_sub)
-        self._tower_pub = net.split_endpoints(tower_pub)
+        self._tower_sub = endpoints.split_endpoints(tower_sub)
+        self._tower_pub = endpoints.split_endpoints(tower_pub)
         self._state = BeaconState(sender, interval_ms / 1000.0, timeout_ms / 1000.0,
                                   own_endpoint=f"tcp://{host}:{port}")
         self._frames = proto.encode_beacon(proto.Beacon(sender, host, port))
         self._ctx = ctx
-        pipe_name = net.inproc_endpoint(f"beacon-{sender}")
+        pipe_name = sockets.inproc_endpoint(f"beacon-{sender}")
         self.events = ctx.socket(zmq.PAIR)
         self.events.linger = 0
         self.events.bind(pipe_name)
@@ -473,7 +473,7 @@ class Beacon:
                     subscriber.setsockopt(zmq.SUBSCRIBE, proto.REPLAY_END + self.sender.encode())
                     next_read = time.monotonic()
                 if publisher in ready:
-                    net.drain(publisher)
+                    sockets.drain(publisher)
                     next_beacon = time.monotonic()
         finally:
             for sock in (*self._outs, control, publisher, subscriber):
@@ -488,7 +488,7 @@ class Beacon:
         on_frames = state.on_frames
         found = 0
         while True:
-            message = net.recv_message(subscriber)
+            message = sockets.recv_message(subscriber)
             if message is None:
                 break
             found += 1
@@ -559,7 +559,7 @@ class Companion:
         self.sender = sender
         self.frames = frames
         self._beacon = beacon
-        self.pipe_name = net.inproc_endpoint(f"beacon-{sender}")
+        self.pipe_name = sockets.inproc_endpoint(f"beacon-{sender}")
         self.events = beacon._ctx.socket(zmq.PAIR)
         self.events.linger = 0
         self.events.bind(self.pipe_name)

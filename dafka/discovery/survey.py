@@ -35,9 +35,11 @@ import zmq
 
 from .. import protocol as proto
 from ..config import Config
-from ..core.peer import DataSocket, connect, new_address, read_subscriptions
-from .placement import place
+from ..core.addresses import new_address
+from ..core.sockets import connect, read_subscriptions
 from .beacon import CONNECT, Beacon
+from .links import DataSocket
+from .placement import place
 
 
 @dataclass

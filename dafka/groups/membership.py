@@ -22,7 +22,7 @@ import zmq
 from ..config import Config
 from ..consumer.state import ConsumerState
 from ..core.loop import Loop
-from ..core.peer import DataSocket
+from ..discovery.links import DataSocket
 from ..protocol.commits import Key, encode_commits, offsets_topic
 from ..records import Record, TopicPartition
 from .state import GroupState

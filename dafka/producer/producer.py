@@ -20,23 +20,14 @@ from typing import Any, Callable, Generic, Sequence, TypeVar, overload
 import zmq
 
 from .. import protocol as proto
-from ..config import ConfigError
+from ..config import ConfigError, ConfigLike, as_config
 from ..core import heap
+from ..core.addresses import is_tagged_producer, new_address
 from ..core.loop import Loop
-from ..core.net import drain, wake_pipe
-from ..core.peer import (
-    ZERO_COPY_BYTES,
-    ConfigLike,
-    DataSocket,
-    as_config,
-    connect,
-    is_tagged_producer,
-    new_address,
-    queue_messages,
-    read_subscriptions,
-)
-from ..core.peer import raw_send as _raw_send
+from ..core.sockets import ZERO_COPY_BYTES, connect, drain, queue_messages, read_subscriptions, wake_pipe
+from ..core.sockets import raw_send as _raw_send
 from ..discovery.beacon import CONNECT, Beacon
+from ..discovery.links import DataSocket
 from ..errors import BufferFull, Closed, FlushTimeout, PartitionClaimed, RecordTooLarge
 from ..protocol import batching
 from ..protocol.attributes import Attributes, record_attributes

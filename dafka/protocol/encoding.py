@@ -65,6 +65,7 @@ from .messages import (
     StoreMemberMsg,
     _b,
 )
+
 # the per-record loop over a batch's contents has a compiled twin (dafka/protocol/packing.py)
 from .packing import SWAP as _SWAP
 from .packing import U32 as _U32

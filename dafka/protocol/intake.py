@@ -1,6 +1,6 @@
 """What the sans-I/O states that take records from a SUB socket (consumer,
 store writer) share: the table of known record headers, and the dispatch on
-it that :func:`dafka.core.peer.drain_records` relies on."""
+it that :func:`dafka.core.sockets.drain_records` relies on."""
 
 from __future__ import annotations
 

@@ -422,7 +422,7 @@ class Soak:
 
     def run(self) -> dict:
         from dafka import protocol as proto
-        from dafka.core.peer import new_address
+        from dafka.core.addresses import new_address
         from rawpeer import RawPeer
 
         self.start()

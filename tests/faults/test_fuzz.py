@@ -391,7 +391,7 @@ def test_producer_survives_a_fetch_from_a_requester_address_with_a_nul(cluster, 
     cluster.wait_delivered("late", {(p, i) for i in range(50)}, 8)
 
 
-# Regression test, fixed bug (dafka/core/peer.py PeerLinks.on_beacon, dafka/producer/producer.py
+# Regression test, fixed bug (dafka/discovery/links.py PeerLinks.on_beacon, dafka/producer/producer.py
 # Producer._on_beacon): the tower relays any decodable beacon as 'tcp://<host>:<port>' and every peer
 # passes that endpoint to zmq connect(); a host libzmq rejects (e.g. 'bad host') raises
 # ZMQError(EINVAL), which kills the producer's loop thread, the store's writer and reader threads (the
@@ -426,7 +426,7 @@ def test_peers_survive_a_relayed_beacon_that_is_not_utf8(cluster, tower):
     cluster.wait_delivered("c", {(producer.address, i) for i in range(100)}, 8)
 
 
-# Regression test, fixed bug (minor; dafka/core/peer.py read_subscriptions, `except proto.MalformedMessage:
+# Regression test, fixed bug (minor; dafka/core/sockets.py read_subscriptions, `except proto.MalformedMessage:
 # continue`, used by Producer._poll_subscriptions): a malformed frame on the producer's XPUB is
 # dropped but not counted in stats()['malformed'] (the consumer and the store reader count theirs; RFC
 # 46 section 10.2: dropped *and counted*)

@@ -303,7 +303,7 @@ def test_a_slow_consumer_and_its_producer_stay_within_their_byte_bounds_and_lose
     the records: beyond them libzmq stops reading (the consumer) or drops (the
     producer's queue for that consumer), and the consumer fetches what it missed
     from the store."""
-    from dafka.core.peer import MAX_MESSAGE_BYTES
+    from dafka.core.sockets import MAX_MESSAGE_BYTES
     from faultcheck import check
     from faultkit import acked_keys
 
