@@ -41,6 +41,7 @@ from typing import Any, Callable, Generator, Generic, Iterable, Sequence, TypeVa
 
 import zmq
 
+from .records import PartitionKey
 from .config import ConfigLike
 from .consumer.consumer import Consumer, ConsumerOptions
 from .errors import BufferFull, Closed, FlushTimeout
@@ -225,7 +226,7 @@ class AsyncConsumer(Generic[V]):
         ready = await self._wait_ready(max(timeout_ms, 0) / 1000.0)
         if not ready:
             return {}
-        batches: dict[tuple[str, str], list[Record[V]]] = {}
+        batches: dict[PartitionKey, list[Record[V]]] = {}
         # Records come in runs of one partition: grouped in C, as runs.
         for key, run in groupby(self._consumer._take(ready, max_records or len(ready)), _topic_partition):
             batch = batches.get(key)
@@ -309,7 +310,7 @@ class AsyncConsumer(Generic[V]):
         """The next offset to deliver of ``partition`` (None if unknown)."""
         return self._consumer.position(partition, topic)
 
-    def positions(self) -> dict[tuple[str, str], int]:
+    def positions(self) -> dict[PartitionKey, int]:
         """The next offset to deliver of every partition, by (topic, partition)."""
         return self._consumer.positions()
 
@@ -321,7 +322,7 @@ class AsyncConsumer(Generic[V]):
         """The partitions this consumer reads (with a group: those assigned to it)."""
         return self._consumer.assignment()
 
-    async def commit(self, offsets: dict[tuple[str, str], int] | None = None) -> None:
+    async def commit(self, offsets: dict[PartitionKey, int] | None = None) -> None:
         """Commit for the group, as :meth:`dafka.Consumer.commit` (a coroutine, as in aiokafka)."""
         self._consumer.commit(offsets)
 

@@ -90,6 +90,10 @@ class TopicPartition(NamedTuple):
     partition: str
 
 
+PartitionKey = tuple[str, str]
+"""``(topic, partition)``: how the library keys a partition in its maps (a :class:`TopicPartition` is one)."""
+
+
 make_record = partial(tuple.__new__, Record)
 """``make_record((topic, partition, offset, value))``: a :class:`Record` from a
 4-tuple, without the Python ``__new__`` a named tuple's class call runs."""

@@ -28,8 +28,12 @@ import time
 from collections.abc import Iterable
 from collections import deque
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from . import errors
+
+if TYPE_CHECKING:
+    from .batches import Batch
 
 CACHED = 5  # batches remembered per producer and partition (Kafka's, and the clients' in-flight limit)
 SEQUENCE_WRAP = 2 ** 31
@@ -143,11 +147,15 @@ class Sequences:
             taken += 1
         return taken
 
-    def take_partial(self, key: tuple[str, int], pid: int) -> tuple[int, int]:
-        """The first offset of ``pid``'s batch partly stored in ``key``, and how many of its records are,
-        for its retry (which then appends the rest: :meth:`record` the whole batch after)."""
+    def take_partial(self, key: tuple[str, int], pid: int, batch: Batch) -> tuple[int, int, Batch]:
+        """For the retry of ``pid``'s ``batch`` (read as columns), partly stored in ``key``: the batch's first
+        offset, how many of its records are stored, and the rest to append (:meth:`record` the whole batch
+        after)."""
         _, _, _, offset, present = self.partials.pop((key, pid))
-        return offset, present
+        rest = replace(batch, values=batch.values[present:], keys=None if batch.keys is None else batch.keys[present:],
+                       record_attributes=batch.record_attributes[present:], count=batch.count - present,
+                       base_sequence=(batch.base_sequence + present) % SEQUENCE_WRAP)
+        return offset, present, rest
 
     def forget(self, key: tuple[str, int]) -> None:
         """Drop what is known of a partition's producers (another gateway writes it now)."""

@@ -41,7 +41,6 @@ response, one request at a time per connection, as a Kafka broker does.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import ssl
 import struct
@@ -50,6 +49,7 @@ from dataclasses import dataclass
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from dafka.records import PartitionKey
 from dafka.aio import AsyncConsumer, AsyncProducer, SendFuture
 from dafka.config import Config
 from dafka.errors import BufferFull, DafkaError, PartitionClaimed, RecordTooLarge
@@ -63,7 +63,7 @@ from .gateways import (
     encode_announcement, group_key, partition_key,
 )
 from .idempotence import (
-    APPEND, DUPLICATE, PARTIAL, SEQUENCE_WRAP, SEQUENCES_TOPIC, BatchEntry, decode_entry as decode_batch_entry,
+    APPEND, DUPLICATE, PARTIAL, SEQUENCES_TOPIC, BatchEntry, decode_entry as decode_batch_entry,
 )
 from .mapping import (
     NODE_ID, Answer, Appends, Commit, Create, Held, Mapping, Reads, Replies, Seek, TopicView, address_of, index_of,
@@ -117,11 +117,11 @@ class _Reader:
     goes on between two Fetches and a live record is in the buffer when it comes; it pauses while a
     partition's buffer holds :data:`BUFFER_RECORDS` the client has not fetched past."""
 
-    def __init__(self, config: Config, heads: dict[tuple[str, str], int]) -> None:
+    def __init__(self, config: Config, heads: dict[PartitionKey, int]) -> None:
         self.consumer: AsyncConsumer[bytes] = AsyncConsumer(config=config.with_overrides(
             {"consumer/offset/reset": "earliest", "consumer/store_times": 1}, source="kafka gateway"))
         self.heads = heads  # the gateway's, moved on as records come (a foreign partition's head)
-        self.buffers: dict[tuple[str, str], PartitionBuffer] = {}
+        self.buffers: dict[PartitionKey, PartitionBuffer] = {}
         self.topics: set[str] = set()
         self.arrived = asyncio.Event()  # set when the pump buffered records
         self._room = asyncio.Event()
@@ -1309,11 +1309,7 @@ class KafkaGateway:
         partial_offset = -1
         rest = batch
         if action == PARTIAL:  # its first records are stored (its gateway died while they went out): the rest
-            partial_offset, present = sequences.take_partial(key, pid)
-            rest = dataclasses.replace(
-                batch, values=batch.values[present:], keys=None if batch.keys is None else batch.keys[present:],
-                record_attributes=batch.record_attributes[present:], count=count - present,
-                base_sequence=(base + present) % SEQUENCE_WRAP)
+            partial_offset, present, rest = sequences.take_partial(key, pid, batch)
             log.info("%s/%d: a retried batch found %d of its %d records stored: the rest appended", key[0], key[1],
                      present, count)
         elif action != APPEND:

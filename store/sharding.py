@@ -25,11 +25,12 @@ from __future__ import annotations
 import logging
 from typing import Iterable
 
+from dafka.records import PartitionKey
 from dafka.protocol import batching
 from dafka import protocol as proto
 
 from . import keys
-from dafka.discovery.placement import Key, Placement, StoreMember
+from dafka.discovery.placement import Placement, StoreMember
 from .writer_state import Partition, WriterState
 
 log = logging.getLogger(__name__)
@@ -49,12 +50,12 @@ class ShardedWriterState(WriterState):
         # What a held partition subscribes: its RECORDs, and its KEYED-RECORDS when the store reads batches.
         self._live_ids = (proto.RECORD, batching.LIVE_BATCHES) if batches else (proto.RECORD,)
         self.sub_changes: list[tuple[bool, bytes]] = []
-        self.elsewhere: dict[Key, int] = {}  # partitions other stores hold: the highest head known
-        self.filling: dict[Key, int] = {}  # partitions this store took up: the head it fills them to
+        self.elsewhere: dict[PartitionKey, int] = {}  # partitions other stores hold: the highest head known
+        self.filling: dict[PartitionKey, int] = {}  # partitions this store took up: the head it fills them to
         self.released: list[Partition] = []  # handed over: the writer deletes them from the database
         self.moves_in = 0  # partitions taken up
         self.moves_out = 0  # partitions handed over and deleted
-        self._view: frozenset[tuple[str, str]] = frozenset()
+        self._view: frozenset[PartitionKey] = frozenset()
         self._asked = float("-inf")
         super().__init__(address, **kw)
 
@@ -119,7 +120,7 @@ class ShardedWriterState(WriterState):
             self.address, self.placement.store, self.placement.rack, self.placement.replicas, self.reader,
             tuple(self.filling_now()))))
 
-    def filling_now(self) -> list[Key]:
+    def filling_now(self) -> list[PartitionKey]:
         """The partitions this store took up and does not yet hold to the head it knew then."""
         done = [key for key, target in self.filling.items()
                 if key not in self.partitions or self.partitions[key].written >= target]
@@ -190,7 +191,7 @@ class ShardedWriterState(WriterState):
         if waiting:
             self._ask(now)
 
-    def under_replicated(self, now: float) -> list[Key]:
+    def under_replicated(self, now: float) -> list[PartitionKey]:
         """The partitions this store knows of that have fewer than R live owners holding them."""
-        known: Iterable[Key] = list(self.partitions) + list(self.elsewhere)
+        known: Iterable[PartitionKey] = list(self.partitions) + list(self.elsewhere)
         return self.placement.under_replicated(known, now, self.filling_now())

@@ -19,6 +19,7 @@ from typing import Any
 
 import zmq
 
+from dafka.records import PartitionKey
 from dafka.discovery.beacon import Beacon
 from dafka.metrics import directory_bytes
 from dafka.config import ConfigLike, as_config
@@ -171,7 +172,7 @@ class Store:
         """The reader's data socket endpoint (where FETCH answers come from)."""
         return self._reader.endpoint
 
-    def heads(self) -> dict[tuple[str, str], int]:
+    def heads(self) -> dict[PartitionKey, int]:
         """(subject, producer address) -> highest sequence written, for every partition."""
         return self._writer.state.heads()
 

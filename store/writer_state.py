@@ -34,6 +34,7 @@ from functools import partial
 from itertools import repeat
 from typing import Any, NamedTuple
 
+from dafka.records import PartitionKey
 from dafka import protocol as proto
 from dafka.protocol.attributes import NONE as NO_ATTRIBUTES
 from dafka.protocol.attributes import Attributes
@@ -190,7 +191,7 @@ class WriterState(RecordIntake):
         self.pending_bytes = 0
         self.fetch_chunk = fetch_chunk
         self.stamp_span_ms = stamp_span_ms
-        self.partitions: dict[tuple[str, str], Partition] = {}
+        self.partitions: dict[PartitionKey, Partition] = {}
         self.out: list[list[bytes]] = []
         self._keys: list[bytes] = []
         self._values: list[bytes] = []
@@ -275,7 +276,7 @@ class WriterState(RecordIntake):
         self.out.append(proto.encode(proto.GetHeadsMsg("", self.address)))
         self.heads_asked += 1
 
-    def heads(self) -> dict[tuple[str, str], int]:
+    def heads(self) -> dict[PartitionKey, int]:
         """Written head of every partition that has one."""
         return {k: p.written for k, p in list(self.partitions.items()) if p.written >= 0}
 

@@ -160,7 +160,12 @@ def test_a_batch_partly_stored_when_its_gateway_died_appends_only_the_rest_on_it
     assert sequences.check(key, pid, 0, 0, 5) == (DUPLICATE, 0)
     assert sequences.check(key, pid, 0, 5, 4) == (PARTIAL, 2)
     assert sequences.check(key, pid, 1, 5, 4) == (REFUSE, errors.OUT_OF_ORDER_SEQUENCE_NUMBER)  # (another epoch)
-    assert sequences.take_partial(key, pid) == (5, 2)
+    from dafka.kafka.batches import Batch
+    retried = Batch(0, 0, 3, 0, 0, pid, 0, 5, [], count=4, values=[b"a", b"b", b"c", b"d"],
+                    keys=[b"ka", None, b"kc", b"kd"], record_attributes=[None] * 4)
+    offset, present, rest = sequences.take_partial(key, pid, retried)  # the retry appends the 2 not stored
+    assert (offset, present) == (5, 2) and rest.values == [b"c", b"d"] and rest.keys == [b"kc", b"kd"]
+    assert rest.count == 2 and rest.base_sequence == 7 and len(rest.record_attributes) == 2
     sequences.record(key, pid, 0, 5, 4, 5)  # the rest appended: the whole batch answers its retries again
     assert sequences.check(key, pid, 0, 5, 4) == (DUPLICATE, 5) and sequences.check(key, pid, 0, 9, 1) == (APPEND, -1)
     sequences.restore("t", [BatchEntry(0, pid, 0, 9, 3, 9)], {0: 10})

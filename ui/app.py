@@ -34,6 +34,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from dafka.records import PartitionKey
 from dafka import __version__
 from dafka.protocol.commits import OFFSETS_TOPIC, decode_commits
 from dafka.mirror.provenance import PROVENANCE_TOPIC, MalformedProvenance, Provenance
@@ -113,7 +114,7 @@ class Console:
         self.token = secrets.token_urlsafe(32)
         self.started = time.time()
         self._producers: dict[str, Any] = {}
-        self._provenance_read: tuple[float, dict[tuple[str, str], Provenance]] = (float("-inf"), {})
+        self._provenance_read: tuple[float, dict[PartitionKey, Provenance]] = (float("-inf"), {})
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                                       undefined=jinja2.ChainableUndefined)
         self.env.filters.update(size=_size, duration=_duration, count=_count, stamp=_stamp, short=_short)
@@ -195,13 +196,13 @@ class Console:
         return self._page(request, "topic.html", f"Topic {name}", name=name, rows=rows, retention=retention,
                           stores=len(stores), mirrored=mirrored)
 
-    async def _provenance(self) -> dict[tuple[str, str], Provenance]:
+    async def _provenance(self) -> dict[PartitionKey, Provenance]:
         """Which partitions of this site a mirror copied in, and from where: the site's provenance topic
         (rfc/mirror.md), read at most every :data:`PROVENANCE_EVERY` seconds."""
         now = time.monotonic()
         if now - self._provenance_read[0] < PROVENANCE_EVERY:
             return self._provenance_read[1]
-        found: dict[tuple[str, str], Provenance] = {}
+        found: dict[PartitionKey, Provenance] = {}
         for value in await self._newest_values(PROVENANCE_TOPIC, PROVENANCE_READ):
             try:
                 record = Provenance.decode(value)
@@ -335,7 +336,7 @@ class Console:
         """A group without live members: its newest commits, read from its offsets topic on the stores.  A
         member's commit record holds its whole view of the group's commits (rfc 14.6): the newest records
         of each partition of the topic are enough."""
-        commits: dict[tuple[str, str], int] = {}
+        commits: dict[PartitionKey, int] = {}
         for value in await self._newest_values(OFFSETS_TOPIC + group, COMMITS_READ):
             try:
                 commits.update(decode_commits(value)[1])

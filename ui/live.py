@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dafka.records import PartitionKey
 from dafka import protocol as proto
 from dafka.consumer.latest import LatestStarts
 
@@ -58,7 +59,7 @@ class LiveStarts:
 
     def __init__(self) -> None:
         self.latest = LatestStarts()
-        self.partitions: dict[tuple[str, str], _Partition] = {}
+        self.partitions: dict[PartitionKey, _Partition] = {}
         self.fetches: list[Fetching] = []  # ranges to read (the caller takes them)
         self.passed: list[Passed] = []  # what the caller passes on to the tails (and empties)
         self.dropped = 0  # live records beyond HOLD while a partition waited (fetched again instead)

@@ -25,6 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from dafka.records import PartitionKey
 from dafka.protocol import batching
 from dafka import protocol as proto
 from dafka.protocol.commits import OFFSETS_TOPIC
@@ -120,7 +121,7 @@ class PartitionView:
 class GroupView:
     name: str
     members: dict[str, proto.GroupMemberMsg] = field(default_factory=dict)
-    committed: dict[tuple[str, str], int] = field(default_factory=dict)  # last known commits, kept after members go
+    committed: dict[PartitionKey, int] = field(default_factory=dict)  # last known commits, kept after members go
     lag: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=HISTORY))
 
 
@@ -181,7 +182,7 @@ class ClusterModel:
         self.address = address  # the console's own
         self.peers: dict[str, PeerView] = {}  # address -> live peer
         self._by_endpoint: dict[str, str] = {}
-        self.partitions: dict[tuple[str, str], PartitionView] = {}
+        self.partitions: dict[PartitionKey, PartitionView] = {}
         self.groups: dict[str, GroupView] = {}
         self.store_members: dict[str, proto.StoreMemberMsg] = {}  # store reader -> its heartbeat
         self.gone: deque[tuple[float, str, str]] = deque(maxlen=50)  # (when, address, role) of peers that left
@@ -273,7 +274,7 @@ class ClusterModel:
             group = self.groups[name] = GroupView(name)
         return group
 
-    def on_commits(self, group: str, commits: dict[tuple[str, str], int]) -> None:
+    def on_commits(self, group: str, commits: dict[PartitionKey, int]) -> None:
         """The newest commits of ``group`` read from its offsets topic (a group whose members are gone)."""
         self.group(group).committed.update(commits)
 
@@ -323,7 +324,7 @@ class ClusterModel:
             })
         return sorted(rows, key=lambda r: (r["store"], r["address"]))
 
-    def under_replicated(self) -> list[tuple[str, str]]:
+    def under_replicated(self) -> list[PartitionKey]:
         """With sharded stores (rfc 16): partitions that fewer than store/replicas owners hold to the head."""
         members = {m.store: m for m in self.store_members.values()}
         replicas = max((m.replicas for m in members.values()), default=0)
@@ -434,7 +435,7 @@ class ClusterModel:
         group = self.groups.get(name)
         if group is None:
             return []
-        owner: dict[tuple[str, str], str] = {}
+        owner: dict[PartitionKey, str] = {}
         topics: set[str] = set()
         for member in group.members.values():
             topics.update(member.subjects)

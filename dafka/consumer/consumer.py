@@ -16,6 +16,7 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypedDict, TypeVa
 
 import zmq
 
+from ..records import PartitionKey
 from .. import protocol as proto
 from ..config import ConfigLike, as_config
 from ..core.addresses import new_address
@@ -24,7 +25,7 @@ from ..core.sockets import drain_records, queue_messages
 from ..discovery.links import DataSocket, PeerLinks
 from ..errors import Closed
 from ..groups.membership import Callback, ConsumerRebalanceListener, Membership
-from ..protocol.commits import Key, offsets_topic
+from ..protocol.commits import offsets_topic
 from ..records import Record, TopicPartition, deserialized
 from .offsets import OffsetJournal
 from .state import ConsumerState
@@ -207,7 +208,7 @@ class Consumer(Generic[V]):
                 return self._group.assignment()
             return {TopicPartition(*key) for key in self._state.partitions if key[0] not in self._state.sinks}
 
-    def commit(self, offsets: dict[tuple[str, str], int] | None = None) -> None:
+    def commit(self, offsets: dict[PartitionKey, int] | None = None) -> None:
         """Commit, for the group, the position of every partition this member
         reads (the offset after the last record returned), or the given
         ``{(topic, partition): next offset}``: a member that takes one of
@@ -341,12 +342,12 @@ class Consumer(Generic[V]):
                     return r.offset
             return self._state.positions().get((topic, partition))
 
-    def positions(self) -> dict[tuple[str, str], int]:
+    def positions(self) -> dict[PartitionKey, int]:
         """Next offset to return for every known (topic, partition)."""
         with self._lock:
             return self._positions()
 
-    def _positions(self) -> dict[Key, int]:
+    def _positions(self) -> dict[PartitionKey, int]:
         sinks = self._state.sinks
         positions = {key: offset for key, offset in self._state.positions().items() if key[0] not in sinks}
         for r in reversed(self._state.ready):
@@ -370,14 +371,14 @@ class Consumer(Generic[V]):
             **(self._group.stats() if self._group is not None else {}),
         }
 
-    def lags(self) -> dict[tuple[str, str], int]:
+    def lags(self) -> dict[PartitionKey, int]:
         """(topic, partition) -> records known to exist past the position
         (the known head minus the next offset), like Kafka's records-lag."""
         sinks = self._state.sinks
         return {key: max(0, p.head - p.next + 1) for key, p in list(self._state.partitions.items())
                 if key[0] not in sinks}
 
-    def heads(self) -> dict[tuple[str, str], int]:
+    def heads(self) -> dict[PartitionKey, int]:
         """(topic, partition) -> the highest offset known to exist (from HEADs,
         the stores' answers and the records themselves)."""
         sinks = self._state.sinks
@@ -423,7 +424,7 @@ class Consumer(Generic[V]):
         now that the caller came back for more: record their positions."""
         last = self._last
         if last and self._journal is not None:
-            ends: dict[tuple[str, str], int] = {}
+            ends: dict[PartitionKey, int] = {}
             for r in last:
                 ends[(r.topic, r.partition)] = r.offset + 1
             for (topic, partition), offset in ends.items():

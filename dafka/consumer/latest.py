@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..records import PartitionKey
 from .. import protocol as proto
 
-Key = tuple[str, str]  # (topic, partition)
 WAIT = 0.25  # seconds a met partition waits for the answers of the peers that hold it
 
 
@@ -47,12 +47,12 @@ class LatestStarts:
     def __init__(self, wait: float = WAIT) -> None:
         self.wait = wait
         self.since: dict[str, int] = {}  # topic -> the subscription's time, unix ms
-        self.held: dict[Key, int] = {}  # the highest sequence a peer held at ``since`` (-1: none)
-        self.exact: set[Key] = set()  # partitions whose own producer answered
+        self.held: dict[PartitionKey, int] = {}  # the highest sequence a peer held at ``since`` (-1: none)
+        self.exact: set[PartitionKey] = set()  # partitions whose own producer answered
         self.stores_answered: dict[str, int] = {}  # topic -> answers that list every partition their sender holds
-        self.waiting: dict[Key, _Waiting] = {}
+        self.waiting: dict[PartitionKey, _Waiting] = {}
         self.answers = 0  # HEADS-AT taken in (counters for metrics)
-        self.guessed: set[Key] = set()  # started by the reference's rule: no dafka-py peer said anything
+        self.guessed: set[PartitionKey] = set()  # started by the reference's rule: no dafka-py peer said anything
         self.stale = 0  # HEADS-AT for another subscription (an earlier ``since``)
 
     def subscribe(self, topic: str, since_ms: int) -> None:

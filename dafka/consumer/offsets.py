@@ -9,6 +9,8 @@ position of each partition, and rewrites the file compactly.
 
 from __future__ import annotations
 
+from ..records import PartitionKey
+
 import logging
 import os
 
@@ -24,8 +26,8 @@ class OffsetJournal:
         self._compact()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def _load(self) -> dict[tuple[str, str], int]:
-        positions: dict[tuple[str, str], int] = {}
+    def _load(self) -> dict[PartitionKey, int]:
+        positions: dict[PartitionKey, int] = {}
         try:
             with open(self.path, "rb") as f:
                 data = f.read()

@@ -23,6 +23,7 @@ from functools import partial
 from itertools import repeat
 from typing import Any
 
+from ..records import PartitionKey
 from .. import protocol as proto
 from ..core.inflight import fetch_window, mean_size
 from ..groups.state import GroupState
@@ -86,7 +87,7 @@ class ConsumerState(RecordIntake):
         max_buffered: int = 100_000,
         max_buffered_bytes: int = 64 * 1024 * 1024,
         fetch_max_bytes: int = 8 * 1024 * 1024,
-        positions: dict[tuple[str, str], int] | None = None,
+        positions: dict[PartitionKey, int] | None = None,
         bulk: bool = True,
         batches: bool = True,
         heads_interval: float = 1.0,
@@ -106,7 +107,7 @@ class ConsumerState(RecordIntake):
         self.bulk = bulk  # announce that we read DIRECT-RECORDS and DIRECT-PARTITIONS
         self.batches = batches  # subscribe to live RECORDS beside RECORDs
         self.topics: list[str] = []
-        self.partitions: dict[tuple[str, str], Partition] = {}
+        self.partitions: dict[PartitionKey, Partition] = {}
         self._positions = dict(positions or {})
         self.out: list[list[bytes]] = []
         self.ready: deque[Record[bytes]] = deque()
@@ -140,7 +141,7 @@ class ConsumerState(RecordIntake):
         self.latest = LatestStarts()
         # live records of the partitions it waits to start, kept (bounded) so that none is lost where nobody
         # else holds it (a reference producer without stores): partition -> {sequence: content or (content, key)}
-        self._early: dict[tuple[str, str], dict[int, Any]] = {}
+        self._early: dict[PartitionKey, dict[int, Any]] = {}
 
     # -- subscriptions ------------------------------------------------------
 
@@ -278,7 +279,7 @@ class ConsumerState(RecordIntake):
         p.forget_fetch()
         self._request(p)
 
-    def positions(self) -> dict[tuple[str, str], int]:
+    def positions(self) -> dict[PartitionKey, int]:
         out = dict(self._positions)
         out.update({key: p.next for key, p in self.partitions.items()})
         return out

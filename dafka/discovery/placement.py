@@ -18,11 +18,12 @@ the head it has (:meth:`Placement.handed_off`), and deletes it
 
 from __future__ import annotations
 
+from ..records import PartitionKey
+
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from hashlib import blake2b
 
-Key = tuple[str, str]  # (topic, partition address)
 
 
 def weight(topic: str, partition: str, store: str) -> int:
@@ -66,7 +67,7 @@ class StoreMember:
     writer: str  # its writer's and reader's addresses
     reader: str
     heard: float
-    filling: frozenset[Key] = frozenset()  # partitions it owns and has not yet filled up to their heads
+    filling: frozenset[PartitionKey] = frozenset()  # partitions it owns and has not yet filled up to their heads
     leaving: bool = False
 
 
@@ -93,13 +94,13 @@ class Placement:
     alive_after: float  # beacon/timeout, in seconds: a member not heard this long is not counted as a copy
     members: dict[str, StoreMember] = field(default_factory=dict)
     # heads each store's reader reported: store id -> key -> head
-    heads: dict[str, dict[Key, int]] = field(default_factory=dict)
-    handoffs: dict[Key, _Handoff] = field(default_factory=dict)
+    heads: dict[str, dict[PartitionKey, int]] = field(default_factory=dict)
+    handoffs: dict[PartitionKey, _Handoff] = field(default_factory=dict)
     disagreements: set[str] = field(default_factory=set)  # stores whose replicas differ from ours (logged once)
     _readers: dict[str, str] = field(default_factory=dict)  # reader address -> store id
     # owners() of each partition asked, for the current view: placing a partition hashes every store of the
     # view, and the store asks every beat (under_replicated) for every partition it knows
-    _owners: dict[Key, list[str]] = field(default_factory=dict)
+    _owners: dict[PartitionKey, list[str]] = field(default_factory=dict)
     _looked_at: float | None = None  # when expire() last looked
 
     def on_member(self, member: StoreMember) -> str | None:
@@ -129,7 +130,7 @@ class Placement:
             self._owners.clear()
         self.heads.pop(store, None)
 
-    def on_head(self, reader: str, key: Key, head: int) -> None:
+    def on_head(self, reader: str, key: PartitionKey, head: int) -> None:
         """A store reader's DIRECT-HEAD (or DIRECT-PARTITIONS entry) for a partition."""
         store = self._readers.get(reader)
         if store is not None:
@@ -158,17 +159,17 @@ class Placement:
         racks[self.store] = self.rack
         return racks
 
-    def owners(self, key: Key) -> list[str]:
+    def owners(self, key: PartitionKey) -> list[str]:
         """The partition's owners in this store's current view, best first."""
         owners = self._owners.get(key)
         if owners is None:
             owners = self._owners[key] = place(key[0], key[1], self.view(), self.replicas)
         return owners
 
-    def owns(self, key: Key) -> bool:
+    def owns(self, key: PartitionKey) -> bool:
         return self.replicas <= 0 or self.store in self.owners(key)
 
-    def holds(self, key: Key, now: float, head: int) -> bool:
+    def holds(self, key: PartitionKey, now: float, head: int) -> bool:
         """Whether this store keeps (stores, ACKs and serves) a partition: it owns it, or it owned it and
         is handing it over (:attr:`handoffs`, begun the first time it is asked about a partition it no longer
         owns, with ``head``, this store's head then, as what every owner must hold)."""
@@ -182,7 +183,7 @@ class Placement:
             handoff = self.handoffs[key] = _Handoff(head)
         return not self._handed_off(key, now, handoff)
 
-    def _handed_off(self, key: Key, now: float, handoff: _Handoff) -> bool:
+    def _handed_off(self, key: PartitionKey, now: float, handoff: _Handoff) -> bool:
         """True ``handoff`` seconds after every owner first answered holding the partition up to the
         handoff's head (live records move both on): only then may this store, which no longer owns it,
         delete it."""
@@ -195,7 +196,8 @@ class Placement:
             handoff.done = now
         return now - handoff.done >= self.handoff
 
-    def under_replicated(self, keys: Iterable[Key], now: float, filling: Iterable[Key] = ()) -> list[Key]:
+    def under_replicated(self, keys: Iterable[PartitionKey], now: float,
+                         filling: Iterable[PartitionKey] = ()) -> list[PartitionKey]:
         """The partitions among ``keys`` with fewer than R owners that are alive (heard within
         ``alive_after``) and not still filling them (their heartbeats say which they fill; this store's
         own are ``filling``)."""

@@ -33,6 +33,7 @@ from typing import Any
 
 import zmq
 
+from ..records import PartitionKey
 from .. import protocol as proto
 from ..config import Config
 from ..core.addresses import new_address
@@ -50,8 +51,8 @@ class Survey:
     topic: str | None
     peers: dict[str, str] = field(default_factory=dict)  # endpoint -> sender
     roles: dict[str, set[str]] = field(default_factory=dict)  # address -> roles
-    store_heads: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)  # (topic, partition) -> reader -> seq
-    producer_heads: dict[tuple[str, str], int] = field(default_factory=dict)
+    store_heads: dict[PartitionKey, dict[str, int]] = field(default_factory=dict)  # (topic, partition) -> reader -> seq
+    producer_heads: dict[PartitionKey, int] = field(default_factory=dict)
     groups: dict[str, dict[str, proto.GroupMemberMsg]] = field(default_factory=dict)  # group -> member -> heartbeat
     store_members: dict[str, proto.StoreMemberMsg] = field(default_factory=dict)  # reader -> sharded store's heartbeat
     kafka_gateways: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # (host, pid) -> its details

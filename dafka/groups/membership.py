@@ -19,11 +19,12 @@ from typing import Any, Callable, Iterable, Protocol
 
 import zmq
 
+from ..records import PartitionKey
 from ..config import Config
 from ..consumer.state import ConsumerState
 from ..core.loop import Loop
 from ..discovery.links import DataSocket
-from ..protocol.commits import Key, encode_commits, offsets_topic
+from ..protocol.commits import encode_commits, offsets_topic
 from ..records import Record, TopicPartition
 from .state import GroupState
 
@@ -61,7 +62,7 @@ class GroupedConsumer(Protocol):
     _loop: Loop
     _data: DataSocket
 
-    def _positions(self) -> dict[Key, int]: ...
+    def _positions(self) -> dict[PartitionKey, int]: ...
 
 
 class Membership:
@@ -172,7 +173,7 @@ class Membership:
     def _on_timer(self) -> None:
         self._timer = None  # settle() runs after the loop's turn, and schedules the next
 
-    def _call(self, callback: Callback | None, keys: list[Key]) -> None:
+    def _call(self, callback: Callback | None, keys: list[PartitionKey]) -> None:
         if callback is None:
             return
         try:
@@ -182,7 +183,8 @@ class Membership:
 
     # -- commits ----------------------------------------------------------------
 
-    def commit(self, keys: Iterable[Key] | None = None, offsets: dict[Key, int] | None = None) -> dict[Key, int]:
+    def commit(self, keys: Iterable[PartitionKey] | None = None,
+               offsets: dict[PartitionKey, int] | None = None) -> dict[PartitionKey, int]:
         """Commit the positions of the partitions we read (of ``keys`` only, if
         given), or the explicit ``offsets``; returns what moved."""
         if offsets is None:
@@ -232,5 +234,5 @@ class Membership:
             self._timer.cancel()
 
 
-def _names(keys: list[Key]) -> str:
+def _names(keys: list[PartitionKey]) -> str:
     return ", ".join(f"{t}/{p}" for t, p in keys)

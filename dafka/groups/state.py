@@ -33,8 +33,9 @@ import logging
 from dataclasses import dataclass, field
 from hashlib import blake2b
 
+from ..records import PartitionKey
 from .. import protocol as proto
-from ..protocol.commits import Key, decode_commits
+from ..protocol.commits import decode_commits
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class Member:
 
     subjects: frozenset[str]
     seen_at: float
-    holds: set[Key] = field(default_factory=set)  # partitions it reads
+    holds: set[PartitionKey] = field(default_factory=set)  # partitions it reads
 
 
 class GroupState:
@@ -63,14 +64,14 @@ class GroupState:
         self.join_wait = join_wait  # how long a new member listens before it reads its share
         self.topics: set[str] = set()
         self.members: dict[str, Member] = {}
-        self.committed: dict[Key, int] = {}  # the highest offset committed for each partition, as known
-        self.owned: set[Key] = set()  # partitions we read
-        self.revoking: set[Key] = set()  # ...of which the consumer is told to stop these
-        self.released: dict[Key, float] = {}  # partitions we handed over -> when (listed for ``timeout``)
-        self.known: dict[Key, int] = {}  # every partition of our topics met -> highest sequence seen
-        self.waiting: dict[Key, float] = {}  # ours by our view, still read by a live member -> since when
-        self.assigned: list[Key] = []  # for the consumer: start reading these...
-        self.revoked: list[Key] = []  # ...and stop these, then call :meth:`released_by_us`
+        self.committed: dict[PartitionKey, int] = {}  # the highest offset committed for each partition, as known
+        self.owned: set[PartitionKey] = set()  # partitions we read
+        self.revoking: set[PartitionKey] = set()  # ...of which the consumer is told to stop these
+        self.released: dict[PartitionKey, float] = {}  # partitions we handed over -> when (listed for ``timeout``)
+        self.known: dict[PartitionKey, int] = {}  # every partition of our topics met -> highest sequence seen
+        self.waiting: dict[PartitionKey, float] = {}  # ours by our view, still read by a live member -> since when
+        self.assigned: list[PartitionKey] = []  # for the consumer: start reading these...
+        self.revoked: list[PartitionKey] = []  # ...and stop these, then call :meth:`released_by_us`
         self.out: list[list[bytes]] = []
         self.ready = False  # our view is formed: we read our share
         self.view_from: float | None = None  # when the tower had told us of every live peer
@@ -79,8 +80,8 @@ class GroupState:
         self.last_tick = now
         self.malformed = 0  # records of the offsets topic that were not commits
         self.rebalances = 0
-        self._weights: dict[tuple[Key, str], int] = {}
-        self._plan: dict[Key, str] | None = None  # the assignment of our view (None: to compute)
+        self._weights: dict[tuple[PartitionKey, str], int] = {}
+        self._plan: dict[PartitionKey, str] | None = None  # the assignment of our view (None: to compute)
 
     # -- what comes in --------------------------------------------------------
 
@@ -155,7 +156,7 @@ class GroupState:
                 if offset > committed.get(key, -1):
                     committed[key] = offset
 
-    def commit(self, offsets: dict[Key, int], now: float) -> dict[Key, int]:
+    def commit(self, offsets: dict[PartitionKey, int], now: float) -> dict[PartitionKey, int]:
         """Record our commits of partitions we read; returns those that moved
         (for the offsets topic), and heartbeats them at once."""
         moved = {}
@@ -167,7 +168,7 @@ class GroupState:
             self.heartbeat_due = now
         return moved
 
-    def released_by_us(self, keys: list[Key], now: float) -> None:
+    def released_by_us(self, keys: list[PartitionKey], now: float) -> None:
         """The consumer stopped reading ``keys`` (after committing): list them as released."""
         for key in keys:
             self.owned.discard(key)
@@ -253,14 +254,14 @@ class GroupState:
 
     # -- assignment -----------------------------------------------------------
 
-    def owner(self, key: Key) -> str | None:
+    def owner(self, key: PartitionKey) -> str | None:
         """The member of our view that should read ``key`` (None: nobody reads its topic)."""
         if self._plan is None:
             self._plan = self._assign()
         return self._plan.get(key)
 
-    def _assign(self) -> dict[Key, str]:
-        by_topic: dict[str, list[Key]] = {}
+    def _assign(self) -> dict[PartitionKey, str]:
+        by_topic: dict[str, list[PartitionKey]] = {}
         for key in self.known:
             by_topic.setdefault(key[0], []).append(key)
         plan = {}
@@ -301,7 +302,7 @@ class GroupState:
             if key not in self.owned:
                 self._settle(key, now)
 
-    def _settle(self, key: Key, now: float) -> None:
+    def _settle(self, key: PartitionKey, now: float) -> None:
         """Start or stop reading ``key`` as our view says."""
         ours = self.owner(key) == self.address
         if key in self.owned:

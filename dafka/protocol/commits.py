@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import msgpack
 
+from ..records import PartitionKey
 from .messages import NO_OFFSET
 
-Key = tuple[str, str]  # (topic, partition)
 OFFSETS_TOPIC = "__dafka_offsets."  # + group: the topic the members' commits are kept in
 
 
@@ -20,7 +20,7 @@ def offsets_topic(group: str) -> str:
 SNAPSHOT = 1  # the third element of a commit record that holds the member's whole view (rfc 14.6)
 
 
-def encode_commits(member: str, offsets: dict[Key, int], snapshot: bool = False) -> bytes:
+def encode_commits(member: str, offsets: dict[PartitionKey, int], snapshot: bool = False) -> bytes:
     """A record of the offsets topic: ``[member, [[topic, partition, offset], ...]]`` in msgpack, with a
     third element :data:`SNAPSHOT` when ``offsets`` is the member's whole view of the group's commits."""
     entries = [[topic, partition, offset] for (topic, partition), offset in offsets.items()]
@@ -28,7 +28,7 @@ def encode_commits(member: str, offsets: dict[Key, int], snapshot: bool = False)
     return packed
 
 
-def decode_commits(value: bytes) -> tuple[str, dict[Key, int]]:
+def decode_commits(value: bytes) -> tuple[str, dict[PartitionKey, int]]:
     """The member and the commits in a record of the offsets topic; ValueError if it is not one."""
     try:
         member, entries, *flags = msgpack.unpackb(value)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from itertools import accumulate, compress
 from typing import ClassVar, Union
 
+from ..records import PartitionKey
 from . import attributes
 from .packing import lengths_of as _lengths
 from .packing import split_contents
@@ -371,7 +372,7 @@ class StoreMemberMsg:
     rack: str = ""
     replicas: int = 0
     reader: str = ""
-    filling: tuple[tuple[str, str], ...] = ()
+    filling: tuple[PartitionKey, ...] = ()
     leaving: bool = False
     topic: str = ""  # always empty: every store hears every store
 
