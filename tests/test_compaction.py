@@ -1,7 +1,7 @@
 """Compacted topics between real peers (rfc/dafka.md section 19): stores compact what newer records of the
 same key supersede; a dafka-py consumer from the beginning gets the newest value of every key and skips the
 holes (DIRECT-GAP) without waiting; a store that joins later fills itself from them; a reference consumer
-(the raw-frame peer of refconsumer.py) does not stall: it gets an empty record at each offset compaction
+(the raw-frame peer of bench/dafkabench/refconsumer.py) does not stall: it gets an empty record at each offset compaction
 removed, and only RFC 46 messages."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dafka.core.addresses import new_address
 from dafka.store import Store, cleaner
 from helpers import loopback_config, wait_for
 from rawpeer import RawPeer
-from refconsumer import RefConsumer
+from dafkabench.refconsumer import RefConsumer
 
 TOPIC = "prices"
 KEYS = 50

@@ -19,7 +19,7 @@ from dafka import Consumer, Producer
 from dafka.protocol.commits import decode_commits, offsets_topic
 from dafka.core.addresses import new_address
 from helpers import loopback_config
-from refconsumer import RefConsumer
+from dafkabench.refconsumer import RefConsumer
 from test_cli import Cluster, assert_no_traceback
 
 TOPIC = "orders"

@@ -11,7 +11,7 @@ import pytest
 from helpers import loopback_config, wait_for
 from kafkahelpers import kcat, start_gateway
 from rawpeer import RawPeer
-from refconsumer import RefConsumer
+from dafkabench.refconsumer import RefConsumer
 
 from dafka import Consumer, Producer, protocol as proto
 from dafka.kafka.mapping import address_of

@@ -16,7 +16,7 @@ from dafka.core.addresses import new_address
 from dafka.store import Store
 from helpers import loopback_config, take, wait_for
 from rawpeer import RawPeer
-from refconsumer import RefConsumer
+from dafkabench.refconsumer import RefConsumer
 
 TOPIC = "keyed"
 

@@ -1,5 +1,5 @@
 """Live records in batches (RECORDS, rfc/dafka.md section 13) between dafka-py
-peers, with a reference consumer (the raw-frame peer of refconsumer.py) on
+peers, with a reference consumer (the raw-frame peer of bench/dafkabench/refconsumer.py) on
 the same topic: it still gets every record as a RECORD, and only while it is
 there does the producer send RECORDs at all."""
 
@@ -13,7 +13,7 @@ from dafka import Consumer, Producer, RecordTooLarge
 from dafka.core.addresses import new_address
 from dafka.store import Store
 from helpers import loopback_config, take, wait_for
-from refconsumer import RefConsumer
+from dafkabench.refconsumer import RefConsumer
 
 TOPIC = "live"
 

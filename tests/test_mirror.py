@@ -26,7 +26,7 @@ from dafka.protocol.attributes import record_attributes
 from dafka.store import Store, keys
 from dafka.towerd.tower import Tower
 from helpers import free_port, loopback_config, script, secure_config, wait_for
-from refconsumer import RefConsumer
+from dafkabench.refconsumer import RefConsumer
 
 pytestmark = pytest.mark.mirror
 

@@ -1,4 +1,4 @@
-"""A reference consumer (the raw-frame peer of refconsumer.py, which FETCHes
+"""A reference consumer (the raw-frame peer of bench/dafkabench/refconsumer.py, which FETCHes
 only on a HEAD, a DIRECT-HEAD or a gap, through the reference's fetch filter)
 catches up fully from a dafka-py store after the producer has left, next to a
 dafka-py consumer reading the same store in bulk (issue: the in-flight budget
@@ -14,7 +14,7 @@ from dafka import Consumer, Producer
 from dafka.core.addresses import new_address
 from dafka.store import Store
 from helpers import loopback_config
-from refconsumer import RefConsumer
+from dafkabench.refconsumer import RefConsumer
 
 TOPIC = "catchup"
 

@@ -19,7 +19,7 @@ from dafka.producer.resume import ANSWER_WAIT, NO_HEAD, SETTLE, ResumeState
 from dafka.store import Store
 from helpers import loopback_config, wait_for
 from rawpeer import RawPeer
-from refconsumer import RefConsumer
+from dafkabench.refconsumer import RefConsumer
 
 ME = partition_address("resume-test")
 REQ = "E" * 32  # the temporary address a resuming producer asks under

@@ -18,7 +18,7 @@ from dafka.store import Store
 from dafka.discovery.survey import StatusPeer
 from helpers import loopback_config, wait_for
 from rawpeer import RawPeer
-from refconsumer import RefConsumer
+from dafkabench.refconsumer import RefConsumer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-for folder in (HERE, HERE.parent):  # run as a script: find faultkit, helpers and lossy_proxy
+for folder in (HERE, HERE.parent, HERE.parents[1] / "bench"):  # as a script: faultkit, helpers, lossy_proxy, dafkabench
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 

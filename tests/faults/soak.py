@@ -50,7 +50,7 @@ import types
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-for folder in (HERE, HERE.parent):
+for folder in (HERE, HERE.parent, HERE.parents[1] / "bench"):  # as a script: helpers needs dafkabench
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 

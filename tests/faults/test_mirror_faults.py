@@ -17,7 +17,7 @@ import pytest
 from faultcheck import check, read_store
 from faultkit import Cluster, acked_keys
 from helpers import script, wait_for
-from impaired_link import ImpairedLink, missing_capability
+from dafkabench.impaired_link import ImpairedLink, missing_capability
 
 pytestmark = [pytest.mark.faults, pytest.mark.mirror]
 

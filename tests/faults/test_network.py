@@ -11,7 +11,7 @@ import pytest
 from dafka.towerd.tower import Tower
 from faultcheck import check
 from faultkit import Cluster, acked_keys, free_port
-from impaired_link import ImpairedLink, missing_capability
+from dafkabench.impaired_link import ImpairedLink, missing_capability
 from lossy_proxy import LossyProxy
 from helpers import loopback_config, wait_for
 

@@ -11,11 +11,11 @@ from helpers import require_pyspark
 
 require_pyspark()
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"  # (its dafkabench package)
 CHECK = """
 import os, subprocess, sys, time
 sys.path.insert(0, sys.argv[1])
-import run
+from dafkabench import bm_bulk as run
 
 def javas():
     children = subprocess.run(["pgrep", "-P", str(os.getpid())], capture_output=True, text=True).stdout.split()

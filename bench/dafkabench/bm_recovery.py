@@ -22,14 +22,14 @@ import shutil
 import signal
 import tempfile
 import time
-from types import ModuleType
+from .cluster import Cluster, consumer_row, holding, result_of, stop_stayer
 
 PAUSE_AFTER = 0.1  # seconds after the producer's first send (300,000 records take it 0.3-1 s)
 
 
-def scenario_recovery(run: ModuleType, records: int, size: int, api: str = "consume", store: bool = False,
+def scenario_recovery(records: int, size: int, api: str = "consume", store: bool = False,
                       pause: float = 2.0) -> dict:
-    c = run.Cluster()
+    c = Cluster()
     db = tempfile.mkdtemp(prefix="dafka-bench-recovery-") if store else None
     try:
         store_proc = c.store(db) if db else None
@@ -37,17 +37,17 @@ def scenario_recovery(run: ModuleType, records: int, size: int, api: str = "cons
                              "--api", api) for _ in range(2)]
         time.sleep(1.0)
         producer = c.spawn("producer", "--records", str(records), "--size", str(size), "--min-acks",
-                           "1" if store else "0", "--stay", *run.holding(records, size), stdin=True)
+                           "1" if store else "0", "--stay", *holding(records, size), stdin=True)
         producer.stdout.readline()  # "sending"
         time.sleep(PAUSE_AFTER)
         paused = consumers[1]
         os.kill(paused.pid, signal.SIGSTOP)
         time.sleep(pause)
         os.kill(paused.pid, signal.SIGCONT)
-        steady, behind = (run.result_of(proc, timeout=records / 2_000 + 120) for proc in consumers)
-        produced = run.stop_stayer(producer)
+        steady, behind = (result_of(proc, timeout=records / 2_000 + 120) for proc in consumers)
+        produced = stop_stayer(producer)
         out = {"records": records, "size": size, "api": api, "store": store, "pause_s": pause,
-               "steady": run.consumer_row(steady), "behind": run.consumer_row(behind),
+               "steady": consumer_row(steady), "behind": consumer_row(behind),
                "cpu_us": {"producer": produced.get("cpu_us"), "steady consumer": steady.get("cpu_us"),
                           "recovering consumer": behind.get("recovery_cpu_us")},
                "fetches": behind.get("fetches")}
@@ -59,7 +59,7 @@ def scenario_recovery(run: ModuleType, records: int, size: int, api: str = "cons
         else:
             out["incomplete"] = "the stream was over before the pause: nothing to recover (more --records)"
         if store_proc is not None:
-            out["cpu_us"]["store"] = run.Cluster.stop_store(store_proc).get("cpu_us")
+            out["cpu_us"]["store"] = Cluster.stop_store(store_proc).get("cpu_us")
         return out
     finally:
         c.close()

@@ -13,7 +13,7 @@
   (a link partition, or a mirror down for hours), then started again: its
   start-up, then records/s from the first record copied to the last.
 * **Lag over the impaired link** (root only: network namespaces): site A on
-  one host, site B and the mirror on the other, joined by tests/faults'
+  one host, site B and the mirror on the other, joined by impaired_link.py's
   userspace link with 20 ± 5 ms of delay each way; a producer on A paced at
   10,000 records/s stamps every 16th record, a consumer on B takes the
   difference when it arrives (p50, p99, after the first 2 s, which include
@@ -43,9 +43,12 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from types import ModuleType
+from .common import RUN_PY
+from .impaired_link import ImpairedLink, missing_capability
+from .processes import Processes
+from .cluster import Cluster, result_of
+from .common import RssSampler, free_port, proc_cpu_seconds, rate_of
 
-HERE = Path(__file__).resolve().parent
 _RECORDS = re.compile(r"^dafka_mirror_records_total\{[^}]*\} ([0-9.e+]+)$", re.M)
 
 
@@ -59,16 +62,16 @@ def _dafka() -> str:
 class MirrorProcess:
     """`dafka mirror` from site ``a`` to site ``b`` (run.py Clusters), with its metrics."""
 
-    def __init__(self, run: ModuleType, a, b, topic: str, name: str, *extra: str) -> None:
-        self.port = run.free_port()
+    def __init__(self, a, b, topic: str, name: str, *extra: str) -> None:
+        self.port = free_port()
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
             [_dafka(), "mirror", "--source-pub", a.tower.pub_endpoint, "--source-sub", a.tower.sub_endpoint,
              "--target-pub", b.tower.pub_endpoint, "--target-sub", b.tower.sub_endpoint, "--topic", topic,
              "--name", name, "-X", "beacon/address=127.0.0.1", "-X", "beacon/bind_address=127.0.0.1",
              "--metrics-port", str(self.port), *extra], stderr=subprocess.PIPE, text=True)
-        self.cpu = run.proc_cpu_seconds
-        self.rss = run.RssSampler(self.proc.pid)
+        self.cpu = proc_cpu_seconds
+        self.rss = RssSampler(self.proc.pid)
 
     def records(self) -> int:
         try:
@@ -113,33 +116,33 @@ class MirrorProcess:
         return self.rss.peak
 
 
-def throughput(run: ModuleType, records: int, size: int, catchup_records: int) -> dict:
-    a, b = run.Cluster(), run.Cluster()
+def throughput(records: int, size: int, catchup_records: int) -> dict:
+    a, b = Cluster(), Cluster()
     dbs = [tempfile.mkdtemp(prefix="dafka-bench-mirror-") for _ in range(2)]
     topic, name = f"mirrored-{size}", f"bench-{size}"
     try:
         stores = [a.store(dbs[0]), b.store(dbs[1])]
         time.sleep(1.0)
         common = ["--records", str(records), "--size", str(size), "--min-acks", "1", "--topic", topic]
-        base = run.result_of(a.spawn("producer", *common))
+        base = result_of(a.spawn("producer", *common))
         out = {"size": size, "records": records, "ack_rate": records / base["ack_seconds"],
                "ack_cpu_us": base.get("cpu_us")}
         # What the mirror moves when it has work: the records site A holds, copied into site B.
-        mirror = MirrorProcess(run, a, b, topic, name)
+        mirror = MirrorProcess(a, b, topic, name)
         copied = mirror.wait_copied(records)
         out.update(mirror_rate=copied["rate"], mirror_cpu_us=copied["cpu_us"])
         # Live: the same producer again, the mirror copying as it sends.
         producer = a.spawn("producer", *common)
         copied = mirror.wait_copied(2 * records, since=records)
-        p = run.result_of(producer)
+        p = result_of(producer)
         out.update(live_rate=copied["rate"], live_cpu_us=copied["cpu_us"], live_ack_rate=records / p["ack_seconds"],
                    live_done_s=copied["last_at"] - p["send_started"] - p["ack_seconds"])
         out["mirror_rss_mib"] = mirror.stop()
         if catchup_records:  # stopped (or cut off) while the producer wrote, then back
-            r = run.result_of(a.spawn("producer", "--records", str(catchup_records), "--size", str(size),
+            r = result_of(a.spawn("producer", "--records", str(catchup_records), "--size", str(size),
                                       "--min-acks", "1", "--topic", topic))
             assert r["sent"] == catchup_records
-            mirror = MirrorProcess(run, a, b, topic, name)
+            mirror = MirrorProcess(a, b, topic, name)
             copied = mirror.wait_copied(catchup_records)
             out.update(catchup_records=catchup_records, catchup_rate=copied["rate"], catchup_cpu_us=copied["cpu_us"],
                        catchup_start_s=copied["first_at"] - mirror.started)
@@ -154,16 +157,9 @@ def throughput(run: ModuleType, records: int, size: int, catchup_records: int) -
             shutil.rmtree(db, ignore_errors=True)
 
 
-def lag_over_link(run: ModuleType, rate: int, seconds: float, catchup_records: int) -> dict:
+def lag_over_link(rate: int, seconds: float, catchup_records: int) -> dict:
     """Producer on host a, mirror and consumer on host b, 20 ± 5 ms of delay each way; then
     ``catchup_records`` written while the link is cut, copied once it heals."""
-    sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent / "tests" / "faults")]
-    try:  # the test suite's network namespaces and process keeper, which need pytest
-        from helpers import Processes
-        from impaired_link import ImpairedLink, missing_capability
-    except ImportError as exc:
-        return {"skipped": f"the impaired link needs the test extra ({exc}): pip install '.[test]'"}
-
     reason = missing_capability()
     if reason is not None:
         return {"skipped": reason}
@@ -179,7 +175,7 @@ def lag_over_link(run: ModuleType, rate: int, seconds: float, catchup_records: i
             host = {h: link.processes_in(h) for h in ip}
 
             def role(h: str, name: str, *args: str, **kwargs) -> subprocess.Popen:
-                return host[h].start([sys.executable, str(HERE / "run.py"), "--role", name, "--sub", tower[h][0],
+                return host[h].start([sys.executable, str(RUN_PY), "--role", name, "--sub", tower[h][0],
                                       "--pub", tower[h][1], "--address", ip[h], *args], **kwargs)
 
             for h in ip:
@@ -198,15 +194,15 @@ def lag_over_link(run: ModuleType, rate: int, seconds: float, catchup_records: i
             time.sleep(2.0)
             producer = role("a", "producer", "--records", str(records), "--size", "100", "--rate", str(rate),
                             "--min-acks", "1", "--topic", "lag", stdout=subprocess.PIPE, text=True)
-            c = run.result_of(consumer, timeout=seconds + 120)
-            run.result_of(producer, timeout=60)
+            c = result_of(consumer, timeout=seconds + 120)
+            result_of(producer, timeout=60)
             out = {"rate": rate, "records": records, "received": c["received"], "p50_ms": c.get("p50_ms"),
                    "p99_ms": c.get("p99_ms"), "round_trip_ms": round_trip * 1000}
             if catchup_records:
                 # The link cut while A's producer writes; healed, the mirror catches up, and B's own live
                 # traffic (1,000 records/s, its latency sampled) goes on meanwhile.
                 link.cut()
-                r = run.result_of(role("a", "producer", "--records", str(catchup_records), "--size", "100",
+                r = result_of(role("a", "producer", "--records", str(catchup_records), "--size", "100",
                                        "--min-acks", "1", "--topic", "backlog", "--warmup", "0",
                                        stdout=subprocess.PIPE, text=True), timeout=600)
                 catchup = role("b", "consumer", "--records", str(catchup_records), "--size", "100",
@@ -221,20 +217,20 @@ def lag_over_link(run: ModuleType, rate: int, seconds: float, catchup_records: i
                 time.sleep(3.0)  # B's live traffic flows before the link heals, and on while the mirror catches up
                 healed = time.perf_counter()
                 link.heal()
-                k = run.result_of(catchup, timeout=900)
+                k = result_of(catchup, timeout=900)
                 done = k["finished"] - healed
-                lc = run.result_of(local, timeout=120)
-                run.result_of(local_producer, timeout=60)
-                out.update(catchup_records=r["sent"], catchup_received=k["received"], catchup_rate=run.rate_of(k),
+                lc = result_of(local, timeout=120)
+                result_of(local_producer, timeout=60)
+                out.update(catchup_records=r["sent"], catchup_received=k["received"], catchup_rate=rate_of(k),
                            catchup_seconds=done, heal_to_first_s=k["started"] - healed,
                            local_p50_ms=lc.get("p50_ms"), local_p99_ms=lc.get("p99_ms"))
                 # The link's own ceiling for the same records: a consumer on B reading A's store across it.
-                across = host["b"].start([sys.executable, str(HERE / "run.py"), "--role", "consumer",
+                across = host["b"].start([sys.executable, str(RUN_PY), "--role", "consumer",
                                           "--sub", tower["a"][0], "--pub", tower["a"][1], "--address", ip["b"],
                                           "--records", str(catchup_records), "--size", "100", "--topic", "backlog"],
                                          stdout=subprocess.PIPE, text=True)
-                x = run.result_of(across, timeout=900)
-                out["across_rate"] = run.rate_of(x)
+                x = result_of(across, timeout=900)
+                out["across_rate"] = rate_of(x)
             return out
     finally:
         processes.cleanup()
@@ -275,9 +271,9 @@ def report(result: dict) -> list[str]:
     return lines
 
 
-def run_all(run: ModuleType, records: int, sizes: list[int], catchup_records: int, lag_seconds: float) -> dict:
-    result = {"sizes": [throughput(run, records, size, catchup_records if size == sizes[0] else 0) for size in sizes]}
+def run_all(records: int, sizes: list[int], catchup_records: int, lag_seconds: float) -> dict:
+    result = {"sizes": [throughput(records, size, catchup_records if size == sizes[0] else 0) for size in sizes]}
     if lag_seconds:
-        result["lag"] = lag_over_link(run, 10_000, lag_seconds, catchup_records)
+        result["lag"] = lag_over_link(10_000, lag_seconds, catchup_records)
     print("\n".join(report(result)))
     return json.loads(json.dumps(result))

@@ -42,7 +42,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
+from .cluster import Cluster, ScenarioFailed, ceiling, result_of
+from .common import proc_cpu_seconds, RssSampler, rate_of
 
 SERVING = re.compile(r"serving Kafka on ([0-9.]+):(\d+)")
 TIMEOUT = 300.0  # seconds one client may take
@@ -267,11 +268,10 @@ def _client(code: str, cwd: str, *args: object) -> dict:
 class Gateway:
     """`dafka kafka --port 0` on a run.py Cluster's tower, with its CPU and RSS."""
 
-    def __init__(self, run: ModuleType, cluster, log: Path, partitions: int = 1, *args: str) -> None:
+    def __init__(self, cluster, log: Path, partitions: int = 1, *args: str) -> None:
         dafka = shutil.which("dafka", path=os.path.dirname(sys.executable)) or shutil.which("dafka")
         if dafka is None:
             raise RuntimeError("the dafka command is not installed: pip install .")
-        self.run = run
         self.log = log
         with open(log, "w") as out:
             self.proc = subprocess.Popen([dafka, "kafka", "--port", "0", "--num-partitions", str(partitions),
@@ -292,10 +292,10 @@ class Gateway:
         if not found:
             self.close()
             raise RuntimeError(f"the gateway did not start: {log.read_text()[-500:]}")
-        self.rss = run.RssSampler(self.proc.pid)
+        self.rss = RssSampler(self.proc.pid)
 
     def cpu(self) -> float:
-        return self.run.proc_cpu_seconds(self.proc.pid)
+        return proc_cpu_seconds(self.proc.pid)
 
     def close(self) -> None:
         if getattr(self, "rss", None) is not None:
@@ -327,7 +327,7 @@ def _through(gateway: Gateway, topic: str, records: int, size: int, work: str,
     return produce, consume
 
 
-def _secured_gateway(run: ModuleType, cluster, work: Path) -> tuple[Gateway, dict] | str:
+def _secured_gateway(cluster, work: Path) -> tuple[Gateway, dict] | str:
     """A gateway over TLS with SASL/SCRAM-SHA-512 (a self-signed certificate made by openssl, one user),
     and the client settings that reach it; or why there is none."""
     if shutil.which("openssl") is None:
@@ -341,19 +341,19 @@ def _secured_gateway(run: ModuleType, cluster, work: Path) -> tuple[Gateway, dic
     dafka = shutil.which("dafka", path=os.path.dirname(sys.executable)) or shutil.which("dafka") or "dafka"
     subprocess.run([dafka, "kafka-user", "add", "bench", "--file", str(users), "--password-stdin"],
                    input=b"bench-password\n", capture_output=True, timeout=60, check=True)
-    gateway = Gateway(run, cluster, work / "gateway-tls.log", 1, "--tls-cert", str(cert), "--tls-key", str(key),
+    gateway = Gateway(cluster, work / "gateway-tls.log", 1, "--tls-cert", str(cert), "--tls-key", str(key),
                       "--sasl-users", str(users), "--sasl-mechanisms", "SCRAM-SHA-512")
     return gateway, {"security.protocol": "sasl_ssl", "ssl.ca.location": str(cert), "sasl.mechanisms": "SCRAM-SHA-512",
                      "sasl.username": "bench", "sasl.password": "bench-password"}
 
 
-def failover(run: ModuleType, cluster, work: Path) -> dict:
+def failover(cluster, work: Path) -> dict:
     """Two gateways, four partitions, an idempotent confluent-kafka producer at 2,000 records/s and a group
     member; the gateway that coordinates the group (and leads some partitions) SIGKILLed: the seconds from
     the kill to the first ack of a record produced after it to a partition the dead one led, and to the
     group's first record after it was assigned its partitions again."""
     group = next(name for name in (f"failover-{i}" for i in range(100)) if _leader_of_two(name) == 1)
-    gateways = [Gateway(run, cluster, work / f"gateway-failover-{node}.log", 4, "--node-id", str(node))
+    gateways = [Gateway(cluster, work / f"gateway-failover-{node}.log", 4, "--node-id", str(node))
                 for node in (1, 2)]
     try:
         time.sleep(2.0)  # each hears the other
@@ -377,23 +377,23 @@ def _leader_of_two(group: str) -> int:
     return view.leader(group_key(group)).node_id
 
 
-def run_size(run: ModuleType, records: int, size: int, rate: int, latency_seconds: float, out: dict) -> dict:
+def run_size(records: int, size: int, rate: int, latency_seconds: float, out: dict) -> dict:
     """Fills ``out`` as it goes: a part that fails leaves the others' figures."""
     out.update(size=size, records=records)
-    out["ceiling"] = run.ceiling(records, size)["rate"]
-    cluster = run.Cluster()
+    out["ceiling"] = ceiling(records, size)["rate"]
+    cluster = Cluster()
     db = tempfile.mkdtemp(prefix="dafka-bench-kafka-")
     work = tempfile.mkdtemp(prefix="dafka-bench-kafka-clients-")
     gateway = None
     try:
         store = cluster.store(db)
         time.sleep(1.0)
-        p = run.result_of(cluster.spawn("producer", "--records", str(records), "--size", str(size), "--min-acks", "1"))
+        p = result_of(cluster.spawn("producer", "--records", str(records), "--size", str(size), "--min-acks", "1"))
         out["native_produce"] = {"rate": records / p["ack_seconds"], "cpu_us": p.get("cpu_us")}
-        r = run.result_of(cluster.spawn("consumer", "--records", str(records), "--size", str(size),
+        r = result_of(cluster.spawn("consumer", "--records", str(records), "--size", str(size),
                                         "--reset", "earliest"))
-        out["native_catchup"] = {"rate": run.rate_of(r), "cpu_us": r.get("cpu_us")}
-        gateway = Gateway(run, cluster, Path(work) / "gateway.log")
+        out["native_catchup"] = {"rate": rate_of(r), "cpu_us": r.get("cpu_us")}
+        gateway = Gateway(cluster, Path(work) / "gateway.log")
         out["kafka_produce"], out["kafka_consume"] = _through(gateway, f"bench-{size}", records, size, work)
         out["gateway_rss_mib"] = gateway.rss.peak
         if latency_seconds > 0 and size == 100:
@@ -404,18 +404,18 @@ def run_size(run: ModuleType, records: int, size: int, rate: int, latency_second
                 out[name] = _client(LATENCY, work, gateway.bootstrap, "bench-latency", rate, latency_seconds, linger)
                 out[name].update(rate=rate, gateway_cpu_us=(gateway.cpu() - before) / max(out[name]["received"], 1) * 1e6)
             gateway.close()
-            gateway = Gateway(run, cluster, Path(work) / "gateway-6.log", partitions=6)
+            gateway = Gateway(cluster, Path(work) / "gateway-6.log", partitions=6)
             out["rebalance"] = _client(REBALANCE, work, gateway.bootstrap, "bench-rebalance")
             gateway.close()
             gateway = None
             try:  # (a part that fails says why; the secured part still runs)
-                out["failover"] = failover(run, cluster, Path(work))
+                out["failover"] = failover(cluster, Path(work))
             except (RuntimeError, subprocess.TimeoutExpired) as exc:
                 out["failover"] = {"error": str(exc)[-4000:]}
         if gateway is not None:
             gateway.close()
         gateway = None
-        secured = _secured_gateway(run, cluster, Path(work))
+        secured = _secured_gateway(cluster, Path(work))
         if isinstance(secured, str):
             out["secured"] = {"skipped": secured}
         else:
@@ -491,7 +491,7 @@ def report(results: list[dict]) -> list[str]:
     return lines
 
 
-def run_all(run: ModuleType, records: int, sizes: list[int], rate: int = 10_000,
+def run_all(records: int, sizes: list[int], rate: int = 10_000,
             latency_seconds: float = 10.0) -> dict:
     if not available():
         print("\n== Kafka gateway: skipped (no confluent-kafka: pip install '.[test]') ==")
@@ -501,8 +501,8 @@ def run_all(run: ModuleType, records: int, sizes: list[int], rate: int = 10_000,
         out: dict = {}
         results.append(out)
         try:
-            run_size(run, records, size, rate, latency_seconds, out)
-        except (RuntimeError, subprocess.TimeoutExpired, run.ScenarioFailed) as exc:
+            run_size(records, size, rate, latency_seconds, out)
+        except (RuntimeError, subprocess.TimeoutExpired, ScenarioFailed) as exc:
             out.update(size=size, error=str(exc)[-300:])
     for line in report(results):
         print(line)

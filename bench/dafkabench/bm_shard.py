@@ -31,7 +31,8 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
+from .cluster import Cluster, ceiling, guarded, result_of
+from .report import fmt_rate
 
 SHARDED = ["beacon/interval=300", "beacon/timeout=1500", "store/dead_ms=5000", "store/handoff_ms=1000"]
 PRODUCERS = 4
@@ -63,10 +64,10 @@ def _stats(path: Path) -> dict:
         return {}
 
 
-def capacity(run: ModuleType, stores: int, replicas: int, records: int, size: int, partitions: int) -> dict:
+def capacity(stores: int, replicas: int, records: int, size: int, partitions: int) -> dict:
     """One row: ``stores`` stores (``replicas`` 0: unsharded); :data:`PRODUCERS` processes of
     ``partitions`` / :data:`PRODUCERS` producers each send ``records`` in all, with ``min_acks`` = R."""
-    c = run.Cluster()
+    c = Cluster()
     base = tempfile.mkdtemp(prefix="dafka-bench-shards-")
     acks = replicas or min(2, stores)
     settings = SHARDED + [f"store/replicas={replicas}"]  # the same beacon settings sharded or not
@@ -82,9 +83,9 @@ def capacity(run: ModuleType, stores: int, replicas: int, records: int, size: in
                      for _ in range(PRODUCERS)]
         producers[0].stdout.readline()  # the first producer sends: the stores' CPU from here...
         before = [_cpu_seconds(p.pid) for p in procs]
-        ps = [run.result_of(p) for p in producers]
+        ps = [result_of(p) for p in producers]
         after = [_cpu_seconds(p.pid) for p in procs]  # ...to the last ACK
-        results = [run.Cluster.stop_store(p) for p in procs]
+        results = [Cluster.stop_store(p) for p in procs]
         total = each * per_process * PRODUCERS
         started = min(p["send_started"] for p in ps)
         finished = max(p["finished"] for p in ps)
@@ -100,9 +101,9 @@ def capacity(run: ModuleType, stores: int, replicas: int, records: int, size: in
         shutil.rmtree(base, ignore_errors=True)
 
 
-def rebalance(run: ModuleType, partitions: int, records: int, size: int) -> dict:
+def rebalance(partitions: int, records: int, size: int) -> dict:
     """Four sharded stores, then a fifth joins under a live stream."""
-    c = run.Cluster()
+    c = Cluster()
     base = tempfile.mkdtemp(prefix="dafka-bench-rebalance-")
     settings = SHARDED + ["store/replicas=2"]
     try:
@@ -115,9 +116,9 @@ def rebalance(run: ModuleType, partitions: int, records: int, size: int) -> dict
                            str(size), "--min-acks", "2", "--warmup", "2", "--set", "store/replicas=2")
                    for _ in range(PRODUCERS)]
         for filler in fillers:
-            run.result_of(filler)
+            result_of(filler)
         total = each * partitions
-        catchup = run.result_of(c.spawn("consumer", "--records", str(total), "--reset", "earliest"))
+        catchup = result_of(c.spawn("consumer", "--records", str(total), "--reset", "earliest"))
         catchup_rate = catchup["received"] / catchup["seconds"] if catchup.get("seconds") else 0.0
         # The live stream, and its consumer (from the latest: the stored partitions are not its business).
         live_records = LIVE_RATE * 20
@@ -146,10 +147,10 @@ def rebalance(run: ModuleType, partitions: int, records: int, size: int) -> dict
                 moved_at = time.monotonic()
                 break
         final = [_stats(f) for f in files]
-        live_result = run.result_of(live)
-        consumer_result = run.result_of(consumer)
+        live_result = result_of(live)
+        consumer_result = result_of(consumer)
         for proc in stores:
-            run.Cluster.stop_store(proc)
+            Cluster.stop_store(proc)
         return {"partitions": partitions, "records": total, "size": size,
                 "moved": final[4].get("moves_in", 0), "moved_fraction": final[4].get("moves_in", 0) / partitions,
                 "others_took_up": sum(s.get("moves_in", 0) for s in final[:4]),
@@ -166,12 +167,12 @@ def rebalance(run: ModuleType, partitions: int, records: int, size: int) -> dict
         shutil.rmtree(base, ignore_errors=True)
 
 
-def run_all(run: ModuleType, stores: list[int], records: int, sizes: list[int], partitions: int) -> dict:
-    ceiling = {size: run.ceiling(min(records, 300_000), size) for size in sizes}
-    out: dict = {"capacity": {}, "ceiling": {size: c["rate"] for size, c in ceiling.items()}}
+def run_all(stores: list[int], records: int, sizes: list[int], partitions: int) -> dict:
+    ceilings = {size: ceiling(min(records, 300_000), size) for size in sizes}
+    out: dict = {"capacity": {}, "ceiling": {size: c["rate"] for size, c in ceilings.items()}}
     for size in sizes:
         rows = []
-        ceiling_rate = ceiling[size]["rate"]
+        ceiling_rate = ceilings[size]["rate"]
         print(f"\n== shards: S stores, {partitions} partitions send {records:,} {size}-byte records, "
               f"min_acks = R (ceiling {ceiling_rate:,.0f}/s) ==")
         data = None  # one copy of everything: the S = 1 store's disk
@@ -179,7 +180,7 @@ def run_all(run: ModuleType, stores: list[int], records: int, sizes: list[int], 
             for replicas in ((min(2, s) if s > 1 else 1), 0):
                 if s == 1 and not replicas:
                     continue  # one store: sharded with R = 1 is the same cluster
-                row = run.guarded(capacity, run, s, replicas, records, size, partitions)
+                row = guarded(capacity, s, replicas, records, size, partitions)
                 row.setdefault("stores", s)
                 row.setdefault("replicas", replicas)
                 rows.append(row)
@@ -190,14 +191,14 @@ def run_all(run: ModuleType, stores: list[int], records: int, sizes: list[int], 
                 data = data or row["disk"][0]
                 share = data * (min(replicas, s) if replicas else s) / s
                 row["disk_vs_share"] = [round(d / share, 3) for d in row["disk"]]
-                print(f"{label:<24} {run.fmt_rate(row['rate'], ceiling_rate):<28} store CPU us/acked record: "
+                print(f"{label:<24} {fmt_rate(row['rate'], ceiling_rate):<28} store CPU us/acked record: "
                       f"sum {row['store_cpu_us_sum']:.2f} (" + ", ".join(f"{x:.2f}" for x in row["store_cpu_us"])
                       + f"); producers {row['producer_cpu_us']:.2f}; disk MiB "
                       + ", ".join(f"{d / 2**20:.1f}" for d in row["disk"])
                       + f" ({min(row['disk_vs_share']):.2f}-{max(row['disk_vs_share']):.2f}x R/S of the data)")
         out["capacity"][size] = rows
     size = sizes[0]
-    r = run.guarded(rebalance, run, partitions, records, size)
+    r = guarded(rebalance, partitions, records, size)
     out["rebalance"] = r
     print(f"\n== rebalance: a fifth store joins four (R=2), {partitions} partitions of {size}-byte records ==")
     if "error" in r:

@@ -32,7 +32,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from types import ModuleType
+from .bm_live import scenario_direct
+from .bm_recovery import scenario_recovery
+from .bm_store import scenario_store
+from .cluster import PYTHON, ScenarioFailed
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ("live", "store", "recovery")
@@ -78,22 +81,22 @@ def install(commit: str | None, into: Path) -> str:
     return python
 
 
-def figures(run: ModuleType, scenario: str, records: int, size: int) -> dict[str, float]:
+def figures(scenario: str, records: int, size: int) -> dict[str, float]:
     """One scenario's figures, flat: rates (records/s) and CPU per record (us)."""
     out: dict[str, float] = {}
     if scenario == "live":
-        r = run.scenario_direct(records, size)
+        r = scenario_direct(records, size)
         out["live rate"] = r["rate"]
         cpu = r["cpu_us"]
         out["live cpu producer"], out["live cpu consumer"] = cpu["producer"], cpu["consumer"]
     elif scenario == "store":
-        r = run.scenario_store(records, size, with_consumer=False)
+        r = scenario_store(records, size, with_consumer=False)
         out["store acked rate"], out["store catch-up rate"] = r["ack_rate"], r["catchup_rate"]
         cpu = r["cpu_us"]
         out["store cpu producer"], out["store cpu store"] = cpu["producer"], cpu["store"]
         out["store cpu catch-up consumer"] = cpu["catchup consumer"]
     elif scenario == "recovery":
-        r = run.scenario_recovery(records, size, "consume")
+        r = scenario_recovery(records, size, "consume")
         if "rate" in r:
             out["recovery rate"] = r["rate"]
         out["recovery cpu consumer"] = r["cpu_us"]["recovering consumer"]
@@ -109,7 +112,7 @@ def without_extensions(python: str, into: Path) -> str:
     return str(script)
 
 
-def run_ab(run: ModuleType, rev: str, rounds: int, sizes: list[int], records: int,
+def run_ab(rev: str, rounds: int, sizes: list[int], records: int,
            scenarios: list[str]) -> dict:
     commit = PURE if rev == PURE else resolve(rev)
     work = Path(tempfile.mkdtemp(prefix="dafka-bench-ab-"))
@@ -124,12 +127,12 @@ def run_ab(run: ModuleType, rev: str, rounds: int, sizes: list[int], records: in
         for n in range(rounds):
             # each side first in every other round: whatever the first of a pair gains or loses, both get
             for side, python in sorted(sides.items(), reverse=n % 2 == 1):
-                run.PYTHON[0] = python
+                PYTHON[0] = python
                 for size in sizes:
                     for scenario in scenarios:
                         try:
-                            got = figures(run, scenario, records, size)
-                        except run.ScenarioFailed as exc:
+                            got = figures(scenario, records, size)
+                        except ScenarioFailed as exc:
                             print(f"round {n + 1} {side} {size} B {scenario}: did not finish: {exc}", flush=True)
                             continue
                         for name, value in got.items():
@@ -137,7 +140,7 @@ def run_ab(run: ModuleType, rev: str, rounds: int, sizes: list[int], records: in
                         print(f"round {n + 1} {side:<3} {size} B {scenario}: "
                               + ", ".join(f"{k} {v:,.2f}" for k, v in got.items()), flush=True)
     finally:
-        run.PYTHON[0] = sys.executable
+        PYTHON[0] = sys.executable
         shutil.rmtree(work, ignore_errors=True)
     table = []
     for (size, name, side), values in sorted(samples.items()):

@@ -1,5 +1,5 @@
 """The CDC scenario of bench/run.py: ``dafka cdc postgres`` against a private
-PostgreSQL server (tests/pgserver.py), a tower and one store.
+PostgreSQL server (postgres.py), a tower and one store.
 
 * **Sustained capture**: a server-side procedure commits N row changes as
   single-row transactions, then as 100-row transactions; the rate is from
@@ -28,10 +28,11 @@ import sys
 import tempfile
 import time
 import urllib.request
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))  # the test suite's private PostgreSQL server
+from . import postgres
+from .common import RUN_PY, config, free_port, proc_cpu_seconds
+from .postgres import PostgresServer
+
 
 PROCEDURES = """
 CREATE TABLE IF NOT EXISTS changes (id bigint PRIMARY KEY, v text, t double precision);
@@ -49,13 +50,7 @@ END $$;
 
 
 def available() -> bool:
-    try:
-        import psycopg2  # noqa: F401
-
-        from pgserver import _bindir
-    except ImportError:
-        return False
-    return _bindir() is not None
+    return postgres.missing() is None
 
 
 def _metric(port: int, name: str) -> float:
@@ -68,8 +63,6 @@ class _Connector:
     """``dafka cdc postgres`` as a process, with its metrics endpoint."""
 
     def __init__(self, pg, db: str, tower, tables: list[str], topic: str, state_dir: str) -> None:
-        from helpers import free_port
-
         self.port = free_port()
         dafka = shutil.which("dafka", path=os.path.dirname(sys.executable)) or shutil.which("dafka")
         args = [dafka, "cdc", "postgres", "--dsn", pg.dsn(db), "--topic", topic, "--state-dir", state_dir,
@@ -113,9 +106,9 @@ class _Connector:
         self.proc.stderr.close()
 
 
-def _sustained(pg, db: str, connector: _Connector, cpu_of, n: int, per_txn: int, start: int) -> dict:
+def _sustained(pg, db: str, connector: _Connector, n: int, per_txn: int, start: int) -> dict:
     acked_before = connector.metric("dafka_cdc_records_acked_total")
-    cpu = cpu_of(connector.proc.pid)
+    cpu = proc_cpu_seconds(connector.proc.pid)
     lag: list[float] = []
     began = time.perf_counter()
     pg.sql(f"CALL bench_commit({n}, {per_txn}, {start})", dbname=db)
@@ -123,7 +116,7 @@ def _sustained(pg, db: str, connector: _Connector, cpu_of, n: int, per_txn: int,
     done = connector.wait_acked(acked_before + n, lag=lag)
     lag.append(connector.metric("dafka_cdc_lag_bytes"))
     return {"changes": n, "per_transaction": per_txn, "rate": n / (done - began), "writer_rate": n / (written - began),
-            "cpu_us": round((cpu_of(connector.proc.pid) - cpu) / n * 1e6, 2),
+            "cpu_us": round((proc_cpu_seconds(connector.proc.pid) - cpu) / n * 1e6, 2),
             "max_lag_bytes": max(lag), "final_lag_bytes": lag[-1]}
 
 
@@ -131,11 +124,10 @@ def _latency(pg, db: str, tower, rate: int, seconds: float, start: int) -> dict:
     import psycopg2
 
     from dafka import Consumer
-    from helpers import loopback_config
 
     samples: list[float] = []
     n = int(rate * seconds)
-    with Consumer("cdc", config=loopback_config(tower)) as consumer:
+    with Consumer("cdc", config=config(tower.sub_endpoint, tower.pub_endpoint)) as consumer:
         consumer.poll(0.5)  # subscribed before the first commit
         conn = psycopg2.connect(pg.dsn(db))
         conn.autocommit = True
@@ -161,26 +153,42 @@ def _latency(pg, db: str, tower, rate: int, seconds: float, start: int) -> dict:
             "p99_ms": samples[int(len(samples) * 0.99)] * 1000 if samples else None}
 
 
-def run(store_process, cpu_of, records: int, bootstrap_rows: int, latency_seconds: float = 10.0) -> dict:
-    """The whole scenario; ``store_process(tower, db_path)`` starts a store process of bench/run.py,
-    ``cpu_of(pid)`` reads a process's CPU seconds (bench/run.py's)."""
+def _store_process(tower, db: str) -> subprocess.Popen:
+    """A store of run.py's store role, once it has started."""
+    proc = subprocess.Popen([sys.executable, str(RUN_PY), "--role", "store", "--sub", tower.sub_endpoint,
+                             "--pub", tower.pub_endpoint, "--db", db], stdout=subprocess.PIPE,
+                            stdin=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    return proc
+
+
+def run_all(records: int, bootstrap_rows: int, latency_seconds: float = 10.0) -> dict:
+    """The whole scenario, printed; skipped without PostgreSQL or psycopg2."""
+    if not available():
+        print(f"\n== change data capture: skipped ({postgres.missing()}) ==")
+        return {}
+    result = _run(records, bootstrap_rows, latency_seconds)
+    for line in report(result):
+        print(line)
+    return result
+
+
+def _run(records: int, bootstrap_rows: int, latency_seconds: float) -> dict:
     from dafka.config import Config
     from dafka.towerd.tower import Tower
-    from pgserver import PostgresServer
-
-    pg = PostgresServer()
+    pg = PostgresServer(free_port())
     tower = Tower(Config.load(overrides={"tower/sub_address": "tcp://127.0.0.1:*",
                                          "tower/pub_address": "tcp://127.0.0.1:*"})).start()
     work = tempfile.mkdtemp(prefix="dafka-bench-cdc-")
-    store = store_process(tower, os.path.join(work, "store"))
+    store = _store_process(tower, os.path.join(work, "store"))
     result: dict = {}
     try:
         pg.sql("CREATE DATABASE bench")
         pg.sql(PROCEDURES, dbname="bench")
         connector = _Connector(pg, "bench", tower, ["public.changes"], "cdc", work)
         try:
-            result["single_row"] = _sustained(pg, "bench", connector, cpu_of, records, 1, 0)
-            result["txn_100"] = _sustained(pg, "bench", connector, cpu_of, records, 100, 10_000_000)
+            result["single_row"] = _sustained(pg, "bench", connector, records, 1, 0)
+            result["txn_100"] = _sustained(pg, "bench", connector, records, 100, 10_000_000)
             result["latency"] = _latency(pg, "bench", tower, 1000, latency_seconds, 20_000_000)
         finally:
             connector.close()
@@ -190,7 +198,7 @@ def run(store_process, cpu_of, records: int, bootstrap_rows: int, latency_second
         began = time.perf_counter()
         connector = _Connector(pg, "bench", tower, ["public.boot"], "boot", work)
         try:
-            cpu = cpu_of(connector.proc.pid)
+            cpu = proc_cpu_seconds(connector.proc.pid)
             while connector.metric("dafka_cdc_snapshot_rows_total") == 0:  # start-up: checks, the resume probe
                 if connector.proc.poll() is not None or time.perf_counter() - began > 120:
                     raise RuntimeError("the bootstrap connector published no row")
@@ -199,7 +207,7 @@ def run(store_process, cpu_of, records: int, bootstrap_rows: int, latency_second
             done = connector.wait_acked(bootstrap_rows)
             result["bootstrap"] = {"rows": bootstrap_rows, "rate": bootstrap_rows / (done - first),
                                    "startup_s": round(first - began, 2),
-                                   "cpu_us": round((cpu_of(connector.proc.pid) - cpu) / bootstrap_rows * 1e6, 2)}
+                                   "cpu_us": round((proc_cpu_seconds(connector.proc.pid) - cpu) / bootstrap_rows * 1e6, 2)}
         finally:
             connector.close()
     finally:

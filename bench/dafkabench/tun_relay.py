@@ -4,7 +4,7 @@ live in different network namespaces, dropping, duplicating and delaying them.
 This stands in for ``tc netem`` on kernels without that qdisc (see
 ``impaired_link.py``, which builds the namespaces and runs this program)::
 
-    python -P tests/faults/tun_relay.py --host a,NETNS_A,TUN_A,10.77.0.1 --host b,NETNS_B,TUN_B,10.77.0.2 \\
+    python -P bench/dafkabench/tun_relay.py --host a,NETNS_A,TUN_A,10.77.0.1 --host b,NETNS_B,TUN_B,10.77.0.2 \\
         [--loss 0.1] [--duplicate 0.1] [--delay-ms 20] [--jitter-ms 5] [--seed N] [--stats FILE]
 
 It attaches to each (already configured, persistent) TUN device from inside
@@ -18,7 +18,7 @@ or that go to no known host are counted and discarded.  SIGUSR1 cuts the link
 (a network partition: every packet is dropped, and counted so) until SIGUSR2
 heals it.
 
-``--stats`` is rewritten a few times a second (``roles.StatsFile``): per
+``--stats`` is rewritten a few times a second (write and rename): per
 direction (``"a>b"``) the packets ``received``, ``dropped``, ``duplicated``,
 ``forwarded`` (copies queued, duplicates included) and ``reordered`` (copies
 written after one that was read later), plus ``ignored`` and ``write_errors``.
@@ -31,6 +31,7 @@ import ctypes
 import fcntl
 import heapq
 import itertools
+import json
 import os
 import random
 import select
@@ -44,7 +45,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from roles import StatsFile
+
+def _write_json(path: str | None, stats: dict) -> None:
+    """Replace the stats file at once (a reader never sees half of it)."""
+    if path:
+        with open(f"{path}.tmp", "w") as f:
+            json.dump(stats, f)
+        os.replace(f"{path}.tmp", path)
+
 
 CLONE_NEWNET = 0x40000000
 TUNSETIFF = 0x400454CA
@@ -177,7 +185,7 @@ class Relay:
             except OSError:  # the device went down: the packet is lost, as on a wire
                 self.write_errors += 1
 
-    def run(self, stop: threading.Event, stats: StatsFile, interval: float = 0.2) -> None:
+    def run(self, stop: threading.Event, stats_path: str | None, interval: float = 0.2) -> None:
         next_stats = 0.0
         while not stop.is_set():
             now = time.monotonic()
@@ -188,9 +196,9 @@ class Relay:
                 self.read(self.hosts[fd], now)
             self.flush(time.monotonic())
             if now >= next_stats:
-                stats.write(self.stats())
+                _write_json(stats_path, self.stats())
                 next_stats = now + interval
-        stats.write(self.stats())
+        _write_json(stats_path, self.stats())
 
 
 def parse_host(text: str) -> tuple[str, str, str, str]:
@@ -221,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGUSR1, lambda *_: setattr(relay, "cut", True))
     signal.signal(signal.SIGUSR2, lambda *_: setattr(relay, "cut", False))
     print("ready", flush=True)
-    relay.run(stop, StatsFile(args.stats))
+    relay.run(stop, args.stats)
     return 0
 
 

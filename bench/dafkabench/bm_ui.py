@@ -34,7 +34,8 @@ import tempfile
 import threading
 import time
 import urllib.request
-from types import ModuleType
+from .cluster import Cluster, ScenarioFailed, guarded, stop_stayer
+from .common import proc_cpu_and_wakeups
 
 TOPICS = 30
 VALUE = b'{"order": %d, "customer": "c-%d", "amount": 12.50, "note": "a record of about a hundred bytes"}'
@@ -112,9 +113,9 @@ def _ms(samples: list[float]) -> dict:
             "max_ms": ordered[-1] * 1000, "n": len(ordered)}
 
 
-def page_loads(run: ModuleType, partitions: int, records: int, loads: int, browser: bool) -> dict:
+def page_loads(partitions: int, records: int, loads: int, browser: bool) -> dict:
     db = tempfile.mkdtemp(prefix="dafka-bench-ui-")
-    c = run.Cluster()
+    c = Cluster()
     console = None
     try:
         started = time.perf_counter()
@@ -132,7 +133,7 @@ def page_loads(run: ModuleType, partitions: int, records: int, loads: int, brows
                 break
             time.sleep(0.5)
         if shown < partitions:
-            raise run.ScenarioFailed(f"the console showed {shown} of {partitions} partitions after 120 s")
+            raise ScenarioFailed(f"the console showed {shown} of {partitions} partitions after 120 s")
         rng = random.Random(46)
         pages = {"overview": lambda: "/", "topic list": lambda: "/topics",
                  "topic page": lambda: f"/topic?name=orders-{rng.randrange(TOPICS):02d}"}
@@ -148,9 +149,9 @@ def page_loads(run: ModuleType, partitions: int, records: int, loads: int, brows
             if name == "record at an offset":
                 _, body = console.get(path())
                 if b"data-offset" not in body:
-                    raise run.ScenarioFailed("the record page showed no record")
+                    raise ScenarioFailed("the record page showed no record")
         in_browser = _browser_loads(console.url, pages, max(5, loads // 4)) if browser else {}
-        stopped = run.stop_stayer(store, timeout=120)
+        stopped = stop_stayer(store, timeout=120)
         return {"partitions": partitions, "records": records, "built_seconds": built, "http": http,
                 "browser": in_browser, "store_rss_mib": stopped.get("rss_mib")}
     finally:
@@ -215,9 +216,9 @@ class PageOpen:
         self.thread.join(30)
 
 
-def console_cpu(run: ModuleType, seconds: float, rate: int, idle_wait: float, browser: bool) -> dict:
+def console_cpu(seconds: float, rate: int, idle_wait: float, browser: bool) -> dict:
     db = tempfile.mkdtemp(prefix="dafka-bench-ui-cpu-")
-    c = run.Cluster()
+    c = Cluster()
     console = None
     out: dict = {}
     try:
@@ -229,9 +230,9 @@ def console_cpu(run: ModuleType, seconds: float, rate: int, idle_wait: float, br
         time.sleep(5)
 
         def measure(label: str) -> None:
-            cpu0, woken0 = run.proc_cpu_and_wakeups(console.proc.pid)
+            cpu0, woken0 = proc_cpu_and_wakeups(console.proc.pid)
             time.sleep(seconds)
-            cpu1, woken1 = run.proc_cpu_and_wakeups(console.proc.pid)
+            cpu1, woken1 = proc_cpu_and_wakeups(console.proc.pid)
             out[label] = {"cpu_percent": (cpu1 - cpu0) / seconds * 100, "wakeups_per_s": (woken1 - woken0) / seconds}
             if "open" in label:  # the rate the console itself saw, over the last seconds
                 points = json.loads(console.get("/api/rates")[1])["points"]
@@ -268,7 +269,7 @@ def console_cpu(run: ModuleType, seconds: float, rate: int, idle_wait: float, br
         out["page open with"] = page.how
         idle.stdin.write("\n")
         idle.stdin.flush()
-        run.stop_stayer(store, timeout=120)
+        stop_stayer(store, timeout=120)
         return out
     finally:
         if console is not None:
@@ -286,12 +287,12 @@ def _follow_tail(url: str, seconds: float) -> None:
                 return
 
 
-def run_all(run: ModuleType, partitions: int, records: int, seconds: float, rate: int, idle_wait: float = 35.0,
+def run_all(partitions: int, records: int, seconds: float, rate: int, idle_wait: float = 35.0,
             browser: bool = True, loads: int = 40) -> dict:
     print(f"\n== web console (dafka ui): {partitions:,} partitions, {records:,} records stored ==", flush=True)
     result: dict = {}
     browser = browser and browser_available()
-    result["pages"] = run.guarded(page_loads, run, partitions, records, loads, browser)
+    result["pages"] = guarded(page_loads, partitions, records, loads, browser)
     pages = result["pages"]
     if "http" in pages:
         print(f"  store database written in {pages['built_seconds']:.0f} s; page loads "
@@ -302,7 +303,7 @@ def run_all(run: ModuleType, partitions: int, records: int, seconds: float, rate
             print(f"  {name:<22} p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  max {r['max_ms']:7.1f} ms{extra}",
                   flush=True)
     print(f"\n== web console CPU ({seconds:.0f} s each) ==", flush=True)
-    result["cpu"] = run.guarded(console_cpu, run, seconds, rate, idle_wait, browser)
+    result["cpu"] = guarded(console_cpu, seconds, rate, idle_wait, browser)
     return result
 
 

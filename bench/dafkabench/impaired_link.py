@@ -3,8 +3,8 @@ for kernels without the ``netem`` qdisc.
 
 Each host is a network namespace with its loopback up and a persistent TUN
 device holding ``10.77.0.N/24``, so the route to every other host goes
-through that device; ``tun_relay.py``, a subprocess started through the
-``processes`` fixture, moves the IP packets between the devices, dropping,
+through that device; ``tun_relay.py``, a subprocess started through
+``processes`` (processes.py), moves the IP packets between the devices, dropping,
 duplicating and delaying them.  Peers run on a host through
 ``link.processes_in(host)``, which prefixes every command with
 ``ip netns exec`` (that execs, so the PID stays the peer's).
@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from helpers import Processes, wait_for
-from tun_relay import in_netns
+from .processes import Processes, wait_until
+from .tun_relay import in_netns
 
 NETNS_PREFIX = "dafka-link-"
 TUN = "dk0"
@@ -127,20 +127,17 @@ class ImpairedLink:
     def _start_relay(self, options: list[str], timeout: float) -> None:
         hosts = [arg for name, netns in self.netns.items()
                  for arg in ("--host", f"{name},{netns},{TUN},{self.address[name]}")]
-        # -P keeps the checkout's dafka/ off sys.path; the relay imports roles.py from this folder.
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(RELAY.parent),
-                                                                        os.environ.get("PYTHONPATH")])))
         with open(self.relay_out, "wb") as stdout, open(self.relay_err, "wb") as stderr:
             self.relay = self.processes.start(
                 [sys.executable, "-P", str(RELAY), *hosts, *options, "--stats", str(self.stats_path)],
-                stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, env=env)
+                stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
 
         def ready() -> bool:
             if self.relay.poll() is not None:
                 raise RuntimeError(f"tun_relay exited with {self.relay.returncode}: {self.relay_err.read_text()}")
             return self.relay_out.read_text().startswith("ready")
 
-        wait_for(ready, timeout, interval=0.02, what="tun_relay ready")
+        wait_until(ready, timeout, interval=0.02, what="tun_relay ready")
 
     def cut(self) -> None:
         """A network partition: nothing crosses the link until :meth:`heal`."""
@@ -151,7 +148,7 @@ class ImpairedLink:
 
     def _signal(self, sig: int, cut: bool) -> None:
         self.relay.send_signal(sig)
-        wait_for(lambda: self.stats().get("cut") is cut, 5, interval=0.02, what=f"the link {'cut' if cut else 'healed'}")
+        wait_until(lambda: self.stats().get("cut") is cut, 5, interval=0.02, what=f"the link {'cut' if cut else 'healed'}")
 
     def processes_in(self, host: str) -> NamespaceProcesses:
         return NamespaceProcesses(self.processes, self.netns[host])

@@ -47,9 +47,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
+from .common import RUN_PY
+from .cluster import start_tower
+from .common import line_within, proc_cpu_seconds
 
-HERE = Path(__file__).resolve()
 PER_SIMULATOR = 500  # simulated peers per process
 TOPIC_SIZE = 10  # simulated producers per topic
 SETTLE = 8.0  # seconds after every peer is up, before the CPU is measured
@@ -162,16 +163,17 @@ def role_producer(a: argparse.Namespace) -> None:
 
 
 def _spawn(*args: str) -> subprocess.Popen:
-    """This file with ``args``; its stderr goes to a temporary file, which an error message quotes."""
+    """run.py with ``args`` (a role of this module: ``--role scale-...``); its stderr goes to a temporary
+    file, which an error message quotes."""
     err = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, str(HERE), *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, str(RUN_PY), *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=err, text=True)
     proc.err = err  # type: ignore[attr-defined]
     return proc
 
 
-def _line(proc: subprocess.Popen, what: str, run: ModuleType, timeout: float = 120.0) -> str:
-    line = run.line_within(proc.stdout, timeout)
+def _line(proc: subprocess.Popen, what: str, timeout: float = 120.0) -> str:
+    line = line_within(proc.stdout, timeout)
     if not line and proc.poll() is None:
         raise RuntimeError(f"scale bench: the {what} said nothing in {timeout:.0f} s")
     if not line:
@@ -189,35 +191,35 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
-def run_one(run: ModuleType, peers: int, mode: str, seconds: float) -> dict:
+def run_one(peers: int, mode: str, seconds: float) -> dict:
     """One cluster of ``peers`` simulated peers: the figures of one row."""
     procs: list[subprocess.Popen] = []
     try:
-        tower, tower_sub, tower_pub = run.start_tower()
+        tower, tower_sub, tower_pub = start_tower()
         procs.append(tower)
         links = ["--sub", tower_sub, "--pub", tower_pub] + (["--scoped"] if mode == "scoped" else [])
         sims = []
         for first in range(0, peers, PER_SIMULATOR):
-            sims.append(_spawn("--role", "simulate", *links, "--first", str(first),
+            sims.append(_spawn("--role", "scale-simulate", *links, "--first", str(first),
                                "--count", str(min(PER_SIMULATOR, peers - first))))
         procs.extend(sims)
         for sim in sims:
-            _line(sim, "simulator", run)
-        producer = _spawn("--role", "producer", *links)
+            _line(sim, "simulator")
+        producer = _spawn("--role", "scale-producer", *links)
         procs.append(producer)
-        _line(producer, "idle producer", run)
-        consumer = _spawn("--role", "consumer", *links)
+        _line(producer, "idle producer")
+        consumer = _spawn("--role", "scale-consumer", *links)
         procs.append(consumer)
-        json.loads(_line(consumer, "idle consumer", run))
+        json.loads(_line(consumer, "idle consumer"))
         time.sleep(SETTLE)
         measured = {"tower": tower, "consumer": consumer, "producer": producer}
-        before = {role: run.proc_cpu_seconds(p.pid) for role, p in measured.items()}
+        before = {role: proc_cpu_seconds(p.pid) for role, p in measured.items()}
         time.sleep(seconds)
-        cpu = {role: (run.proc_cpu_seconds(p.pid) - before[role]) / seconds * 100 for role, p in measured.items()}
+        cpu = {role: (proc_cpu_seconds(p.pid) - before[role]) / seconds * 100 for role, p in measured.items()}
         tower_rss = _rss_mib(tower.pid)
-        newcomer = _spawn("--role", "consumer", *links)
+        newcomer = _spawn("--role", "scale-consumer", *links)
         procs.append(newcomer)
-        first = json.loads(_line(newcomer, "newcomer", run))["first_record_ms"]
+        first = json.loads(_line(newcomer, "newcomer"))["first_record_ms"]
         return {"peers": peers, "mode": mode, "cpu_percent": cpu, "newcomer_first_record_ms": first,
                 "tower_rss_mib": tower_rss}
     finally:
@@ -227,7 +229,7 @@ def run_one(run: ModuleType, peers: int, mode: str, seconds: float) -> dict:
             p.wait()
 
 
-def run_all(run: ModuleType, peer_counts: list[int], seconds: float) -> dict:
+def run_all(peer_counts: list[int], seconds: float) -> dict:
     limit = raise_fd_limit()
     print(f"\n== scale: P simulated peers beacon once a second through one tower; {seconds:.0f} s of CPU each "
           f"(descriptor limit {limit}) ==")
@@ -247,7 +249,7 @@ def run_all(run: ModuleType, peer_counts: list[int], seconds: float) -> dict:
                 rows.append({"peers": peers, "mode": mode, "not_run": why})
                 print(f"{peers:>6} {mode:<9} not run: {why}")
                 continue
-            r = run_one(run, peers, mode, seconds)
+            r = run_one(peers, mode, seconds)
             rows.append(r)
             c = r["cpu_percent"]
             first = r["newcomer_first_record_ms"]

@@ -31,7 +31,11 @@ import signal
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
+from . import bm_cdc
+from .common import free_port
+from .postgres import PostgresServer
+from .cluster import Cluster, ceiling, guarded, result_of
+from .common import proc_cpu_seconds
 
 SIZE = 100
 TOPIC = "keyed"
@@ -55,11 +59,11 @@ def _wait_stats(path: Path, predicate, timeout: float, what: str) -> dict:
         time.sleep(0.05)
 
 
-def writes(run: ModuleType, compacted: bool, records: int, keys: int, paced_rate: int,
+def writes(compacted: bool, records: int, keys: int, paced_rate: int,
            settings: tuple[str, ...] = ()) -> dict:
     """One round: a fresh store, compacting ``TOPIC`` or not (``settings``: more of its config, KEY=VALUE); a
     full-speed run, then a paced one."""
-    c = run.Cluster()
+    c = Cluster()
     base = tempfile.mkdtemp(prefix="dafka-bench-compaction-")
     progress = Path(base, "stats.json")
     try:
@@ -67,8 +71,8 @@ def writes(run: ModuleType, compacted: bool, records: int, keys: int, paced_rate
                         progress=str(progress))
         time.sleep(1.0)
         common = ["--topic", TOPIC, "--size", str(SIZE), "--min-acks", "1", "--keys", str(keys)]
-        full = run.result_of(c.spawn("producer", "--records", str(records), *common))
-        paced = run.result_of(c.spawn("producer", "--records", str(min(paced_rate * 10, records)), "--rate",
+        full = result_of(c.spawn("producer", "--records", str(records), *common))
+        paced = result_of(c.spawn("producer", "--records", str(min(paced_rate * 10, records)), "--rate",
                                       str(paced_rate),
                                       "--ack-latency", *common))
         stats = _stats(progress)
@@ -84,15 +88,12 @@ def writes(run: ModuleType, compacted: bool, records: int, keys: int, paced_rate
         shutil.rmtree(base, ignore_errors=True)
 
 
-def bootstrap(run: ModuleType, rows: int) -> dict:
+def bootstrap(rows: int) -> dict:
     """The CDC bootstrap from the compacted topic against SIGUSR1, then compaction's throughput."""
-    cdc_bench = run.scenario_module("cdc_bench")
-    from pgserver import PostgresServer
-
-    if not cdc_bench.available():
+    if not bm_cdc.available():
         return {"skipped": "no PostgreSQL server or psycopg2 (pip install '.[cdc]')"}
-    c = run.Cluster()
-    pg = PostgresServer()
+    c = Cluster()
+    pg = PostgresServer(free_port())
     base = tempfile.mkdtemp(prefix="dafka-bench-compaction-cdc-")
     progress = Path(base, "stats.json")
     out: dict = {"rows": rows}
@@ -102,21 +103,21 @@ def bootstrap(run: ModuleType, rows: int) -> dict:
         pg.sql(f"CREATE TABLE boot AS SELECT g AS id, md5(g::text) AS v, now() AS at FROM generate_series(1, "
                f"{rows}) g", dbname="bench")
         pg.sql("ALTER TABLE boot ADD PRIMARY KEY (id)", dbname="bench")
-        connector = cdc_bench._Connector(pg, "bench", c.tower, ["public.boot"], "boot", base)
+        connector = bm_cdc._Connector(pg, "bench", c.tower, ["public.boot"], "boot", base)
         try:
             connector.wait_acked(rows)
             consumer = c.spawn("consumer", "--records", str(rows), "--size", "0", "--topic", "boot",
                                "--reset", "earliest")
-            r = run.result_of(consumer)
+            r = result_of(consumer)
             out["from_stores"] = {"rate": r["received"] / r["seconds"], "seconds": r["seconds"],
                                   "received": r["received"], "consumer_cpu_us": r.get("cpu_us"), "database_rows": 0}
-            cpu = run.proc_cpu_seconds(connector.proc.pid)
+            cpu = proc_cpu_seconds(connector.proc.pid)
             before = _stats(progress)
             began = time.perf_counter()
             connector.proc.send_signal(signal.SIGUSR1)
             done = connector.wait_acked(2 * rows)
             out["sigusr1"] = {"rate": rows / (done - began), "seconds": done - began, "database_rows": rows,
-                              "connector_cpu_us": (run.proc_cpu_seconds(connector.proc.pid) - cpu) / rows * 1e6}
+                              "connector_cpu_us": (proc_cpu_seconds(connector.proc.pid) - cpu) / rows * 1e6}
         finally:
             connector.close()
         # every record of the first snapshot is superseded by the second: the store removes them, in passes
@@ -138,14 +139,13 @@ def bootstrap(run: ModuleType, rows: int) -> dict:
     return out
 
 
-def run_all(run: ModuleType, records: int, keys: int, rows: int, paced_rate: int = 2_000) -> dict:
+def run_all(records: int, keys: int, rows: int, paced_rate: int = 2_000) -> dict:
     result: dict = {"records": records, "keys": keys, "paced_rate": paced_rate, "rounds": []}
-    ceiling = run.ceiling(min(records, 300_000), SIZE)
-    result["ceiling"] = ceiling
+    result["ceiling"] = ceiling(min(records, 300_000), SIZE)
     for compacted in (False, True, False, True):
-        result["rounds"].append({"compacted": compacted, **run.guarded(writes, run, compacted, records, keys,
+        result["rounds"].append({"compacted": compacted, **guarded(writes, compacted, records, keys,
                                                                        paced_rate)})
-    result["bootstrap"] = run.guarded(bootstrap, run, rows)
+    result["bootstrap"] = guarded(bootstrap, rows)
     for line in report(result):
         print(line)
     return result
