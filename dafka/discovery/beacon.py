@@ -27,6 +27,7 @@ import zmq
 
 from .. import protocol as proto
 from ..core import endpoints, sockets
+from .schedule import BeaconSchedule
 
 if TYPE_CHECKING:
     from ..core.security import Curve
@@ -35,27 +36,6 @@ log = logging.getLogger(__name__)
 
 CONNECT = b"CONNECT"
 DISCONNECT = b"DISCONNECT"
-# Once every tower has replayed the live peers to us (or a reference tower has answered for two
-# beacon intervals), the tower's socket (and the peers' expiry) is looked at at most this often
-# (seconds): the beacons of P peers arrive a few at a time, spread over beacon/interval, and a batch
-# pays one wake-up for all of them.  A peer that appears meanwhile is met this much later at most.
-# Only beacons that come faster than that start such a wait: a small cluster (a few beacons a
-# second) is read as each beacon comes, and meets a newcomer at once.
-_READ_EVERY = 0.05
-# Two reads this close (seconds) found parts of the same burst of beacons, not beacons that come often.
-_SAME_BURST = 0.005
-# A dafka-py tower relays repeated beacons together once a slot (rfc 5.3).  A settled beacon sends its
-# own as such a burst comes in, so that one wake-up serves both.  One due within _ADVANCE of an interval
-# after a burst goes out with it: never so early that a tower takes the peer for one that beacons faster
-# than the slot (0.9 of it).  Behind dafka-py towers, one due at most _POSTPONE of an interval before the
-# next burst is expected waits for it (or goes out _READ_EVERY after that time if none came); one due in
-# between is out of step, and beacons _DRIFT times slower until it falls within _POSTPONE: a listener
-# waits at most 1.5 intervals for a beacon, once, while a peer falls in step, 1.1 while it drifts.
-_ADVANCE = 0.09
-_POSTPONE = 0.5
-_DRIFT = 1.1
-
-
 class PeerEvent(NamedTuple):
     kind: bytes  # CONNECT or DISCONNECT
     endpoint: str
@@ -391,77 +371,33 @@ class Beacon:
         everything = zmq.Poller()
         for sock in (control, publisher, subscriber):
             everything.register(sock, zmq.POLLIN)
-        # While a batch of beacons gathers, the tower's socket is left alone (see _READ_EVERY).
+        # While a batch of beacons gathers, the tower's socket is left alone (see schedule.READ_EVERY).
         own_sockets = zmq.Poller()
         for sock in (control, publisher):
             own_sockets.register(sock, zmq.POLLIN)
         state = self._state
-        started = time.monotonic()
-        next_beacon = started
-        next_warning = started + 2.0
-        # Once settled, a look at the tower's socket that finds beacons less than _READ_EVERY after
-        # the previous one that did makes the next one wait _READ_EVERY, and expiry is checked at
-        # those looks (so within _READ_EVERY of a deadline); otherwise the socket wakes it.
-        settled = False
-        next_read = started
-        last_found = float("-inf")  # the last look that found beacons
-        last_burst = float("-inf")  # ... once settled
-        postponed = False  # our beacon waits for the next burst (see _POSTPONE)
+        schedule = BeaconSchedule(time.monotonic(), state.interval)
         try:
             while True:
                 now = time.monotonic()
-                if now >= next_read:
+                if schedule.read_due(now):
                     found, urgent = self._drain_tower(subscriber)
-                    if urgent:
-                        next_beacon = now  # a peer we did not know: our beacon goes out at once
                     if not listens_to_all:
                         listens_to_all = self._listen_to_all_unless_scoped(subscriber, now)
-                    settled = settled or self._replayed.is_set() or (
-                        state.welcomed and now > started + 2 * state.interval)
-                    if found:
-                        if settled and _SAME_BURST < now - last_found < _READ_EVERY:
-                            next_read = now + _READ_EVERY  # beacons come faster than that: batch them
-                        last_found = now
-                        if settled:
-                            last_burst = now
-                            if postponed or next_beacon - now <= _ADVANCE * state.interval:
-                                next_beacon = now  # waiting for this burst, or due soon: out with it
-                    for event in state.expire(now, _READ_EVERY if settled else 0.0):
+                    schedule.on_read(now, found, urgent, self._replayed.is_set(), state.welcomed)
+                    for event in state.expire(now, schedule.expire_ahead()):
                         self._emit(event)
                     self._snapshot_twins()
-                if now >= next_beacon:
-                    burst = last_burst + state.interval  # when the next burst is expected
-                    if settled and not postponed and self._replayed.is_set() and \
-                            -_READ_EVERY < burst - now <= _POSTPONE * state.interval:
-                        next_beacon = max(burst, now) + _READ_EVERY  # see _POSTPONE
-                        postponed = True
-                    else:
-                        for frames in beacons:
-                            publisher.send_multipart(frames)
-                        # out of step with the bursts: the next one a little later, until in step (_DRIFT)
-                        drifting = settled and self._replayed.is_set() and \
-                            _ADVANCE * state.interval < now - last_burst < state.interval
-                        next_beacon = now + state.interval * (_DRIFT if drifting else 1.0)
-                        postponed = False
-                if not state.welcomed and now >= next_warning:
+                if schedule.beacon_due(now, self._replayed.is_set()):
+                    for frames in beacons:
+                        publisher.send_multipart(frames)
+                if schedule.warning_due(now, state.welcomed):
                     log.warning(
                         "%s %s: no tower answers at %s; still trying",
                         self.name, self.sender, ",".join(self._tower_pub),
                     )
-                    next_warning = now + 10.0
-                wake = next_beacon
-                if now < next_read:
-                    wake = min(wake, next_read)
-                    poller = own_sockets  # a batch of beacons gathers
-                else:
-                    expiry = state.next_expiry()
-                    if expiry is not None and expiry < wake:
-                        wake = expiry
-                    poller = everything
-                if not state.welcomed:
-                    # libzmq does not wake poll() for the XPUB welcome message:
-                    # look for it with a non-blocking read every 50 ms.
-                    wake = min(wake, now + 0.05)
+                wake, tower_wakes = schedule.wake(now, state.next_expiry(), state.welcomed)
+                poller = everything if tower_wakes else own_sockets  # (own: while a batch of beacons gathers)
                 timeout_ms = max(0, int((wake - now) * 1000) + 1)
                 ready = dict(poller.poll(timeout_ms))
                 if control in ready:
@@ -471,10 +407,10 @@ class Beacon:
                     self._profile(subscriber, command[1], command[2].decode())
                     # Z<address> again: a dafka-py tower replays what the new profile needs (rfc 5.6)
                     subscriber.setsockopt(zmq.SUBSCRIBE, proto.REPLAY_END + self.sender.encode())
-                    next_read = time.monotonic()
+                    schedule.read_now(time.monotonic())
                 if publisher in ready:
                     sockets.drain(publisher)
-                    next_beacon = time.monotonic()
+                    schedule.beacon_now(time.monotonic())
         finally:
             for sock in (*self._outs, control, publisher, subscriber):
                 sock.close(0)
