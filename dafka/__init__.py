@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _WHERE = {
     "BufferFull": "errors", "Closed": "errors", "DafkaError": "errors", "FlushTimeout": "errors",

@@ -4,6 +4,7 @@
 
 * ``twine check --strict`` passes on the sdist and the wheel;
 * the wheel's metadata gives the license as an SPDX expression (MPL-2.0) and holds its text;
+* the wheel's version is dafka/__init__.py's, and CHANGELOG.md's newest release (a release is bumped in both);
 * the wheel holds the dafka package only (no tests, bench, docs or examples),
   with ``py.typed`` and every mapped subpackage;
 * the sdist holds what running the tests and building the docs need;
@@ -15,6 +16,7 @@ Exits 1 naming what is wrong."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -31,7 +33,8 @@ WHEEL_FILES = ["dafka/ui/templates/base.html", "dafka/ui/templates/overview.html
 SDIST_NEEDS = ["LICENSE", "tox.ini", "pyproject.toml", "CHANGELOG.md", "MANIFEST.in", "tests/conftest.py",
                "tests/data/wire_vectors.txt", "tests/data/store-0.1.0/CURRENT", "tests/faults/faultkit.py",
                "tests/typing/user_code.py", "docs/conf.py", "examples/producer_consumer.py", "rfc/dafka.md",
-               "bench/run.py", ".ci/run", "setup.py", "dafka/protocol/_cpacking.pyx", "dafka/producer/_coutbox.pxd",
+               "bench/run.py", "bench/dafkabench/scenarios.py", ".ci/run", "setup.py", "dafka/protocol/_cpacking.pyx",
+               "dafka/producer/_coutbox.pxd",
                "kafka/_crecords.pyx"]
 # the compiled twins the wheel holds (setup.py)
 TWINS = ["dafka/protocol/_cpacking", "dafka/producer/_coutbox", "dafka/kafka/_crecords"]
@@ -57,6 +60,9 @@ def problems(dist: Path) -> list[str]:
     metadata = next((zipfile.ZipFile(wheels[0]).read(n).decode() for n in names if n.endswith(".dist-info/METADATA")), "")
     if "License-Expression: MPL-2.0" not in metadata.splitlines():
         out.append("the wheel's metadata does not say License-Expression: MPL-2.0")
+    version = next((line.split(": ", 1)[1] for line in metadata.splitlines() if line.startswith("Version: ")), None)
+    out += [f"the wheel's version is {version}, {where} says {expected}" for where, expected in released()
+            if expected != version]
     if not any(n.endswith(".dist-info/licenses/LICENSE") for n in names):
         out.append("the wheel holds no LICENSE")
     if "dafka/py.typed" not in names:
@@ -72,6 +78,14 @@ def problems(dist: Path) -> list[str]:
             if not any(name.startswith(twin + ".") and name.endswith(".so") for name in names)]
     out += [f"the sdist holds generated C: {name}" for name in held if name.startswith("dafka/") and name.endswith(".c")]
     return out + without_a_compiler(sdists[0])
+
+
+def released() -> list[tuple[str, str | None]]:
+    """The version the checkout says: dafka/__init__.py's, and CHANGELOG.md's newest release heading."""
+    root = Path(__file__).resolve().parent.parent
+    init = re.search(r'^__version__ = "([^"]+)"', (root / "dafka" / "__init__.py").read_text(), re.M)
+    heading = re.search(r"^## \[(\d[^]]*)\]", (root / "CHANGELOG.md").read_text(), re.M)
+    return [("dafka/__init__.py", init and init.group(1)), ("CHANGELOG.md", heading and heading.group(1))]
 
 
 def without_a_compiler(sdist: Path) -> list[str]:
