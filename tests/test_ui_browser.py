@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+import dafka
+
 from helpers import Processes, script, wait_for
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -178,7 +180,7 @@ def test_overview_shows_every_peer_and_store(page, cluster):
     for role in ("store-reader", "store-writer", "producer", "mirror", "cdc"):
         expect(page.locator(f"#peers .pill.{role}").first).to_be_visible()
     peer = page.locator("#peers tbody tr[data-role=store-reader]").first
-    expect(peer).to_contain_text("0.2")  # the version, from its PEER-INFO
+    expect(peer).to_contain_text(dafka.__version__)  # the version, from its PEER-INFO
     expect(peer).to_contain_text("MiB")  # its RSS
     expect(page.locator(".tower.up")).to_be_visible()
     expect(page.locator("[data-test=topics]")).not_to_have_text("0")
