@@ -122,17 +122,27 @@ def spark_available() -> bool:
 
 
 def spark_session():
+    """A local Spark session with the dafka data source.  Its JVM, and the Python workers the JVM starts, get
+    PYTHONSAFEPATH (a worker must not import a dafka/ folder from its working directory); this process's
+    environment is left as it was: the roles it starts later find bench/dafkabench beside run.py."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ["PYTHONSAFEPATH"] = "1"
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # else Spark resolves the hostname to a LAN address
     from pyspark.sql import SparkSession
 
     from dafka.spark import register
 
-    # local[4]: four tasks can run at once (the fairness scenario); the rate queries make one task per core.
-    session = (SparkSession.builder.master("local[4]").appName("dafka-bench")
-               .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+    safe_path = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"  # (the JVM copies the environment when it starts)
+    try:
+        # local[4]: four tasks can run at once (the fairness scenario); the rate queries make one task per core.
+        session = (SparkSession.builder.master("local[4]").appName("dafka-bench")
+                   .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+                   .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+    finally:
+        if safe_path is None:
+            del os.environ["PYTHONSAFEPATH"]
+        else:
+            os.environ["PYTHONSAFEPATH"] = safe_path
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     return session
