@@ -234,6 +234,20 @@ def test_a_restarted_producer_continues_its_partition(tower, store):
     assert store.heads() == {("orders", ME): 14}
 
 
+def test_a_finished_probe_does_not_hold_up_the_next_resume(tower, store):
+    """A resume's probe asks under a temporary address, tagged as a producer's: once it is done, the next resume
+    (a mirror's next partition, in the same process or another) neither counts it among the peers that will
+    connect nor waits for it to expire.  Untagged, it was waited for until beacon/timeout: the mirror met a new
+    partition 4 s late, and here, with beacon/timeout 30 s, the second resume ran out of its 10 s."""
+    config = loopback_config(tower, beacon__timeout=30_000, producer__resume_timeout=10_000)
+    with Producer("first", config, address=partition_address("probe-first"), resume=True) as first:
+        assert is_tagged_producer(first._requester) and first._requester != first.address
+    started = time.monotonic()
+    with Producer("second", config, address=partition_address("probe-second"), resume=True) as second:
+        assert _send(second, [b"x"]) == [0]
+    assert time.monotonic() - started < 8
+
+
 def test_without_a_store_resume_fails_and_sends_nothing(tower):
     started = time.monotonic()
     with pytest.raises(ResumeError, match=r"0 store\(s\) answered.*producer/resume_timeout \(1500 ms\)"):

@@ -192,8 +192,9 @@ class Producer(Generic[V]):
         self._pub.setsockopt(zmq.XPUB_VERBOSER, 1)  # every (un)subscription: who reads RECORDS (dafka.protocol.batching)
         self._pub.sndhwm = queue_messages(c["producer/send_bytes"], c["producer/high_watermark"])
         self._pub.linger = 1000
-        # A resuming producer asks for its head under a temporary address (dafka.producer.resume, rule 5).
-        self._requester = new_address() if resume else self.address
+        # A resuming producer asks for its head under a temporary address (dafka.producer.resume, rule 5),
+        # tagged as a producer's: the next resume neither waits for it to connect nor, once it is gone, to expire.
+        self._requester = new_address(producer=True) if resume else self.address
         self._data = DataSocket(self._ctx, c, self._pub, self._requester, "producer",
                                 profiles=[(proto.ROLE_PRODUCER, topic)])
         self._peers: dict[str, tuple[zmq.Socket[Any], str]] = {}  # endpoint -> (its SUB, its sender)
