@@ -30,7 +30,8 @@ import time
 import urllib.request
 
 from . import postgres
-from .common import RUN_PY, config, free_port, proc_cpu_seconds
+from .cluster import Cluster
+from .common import config, free_port, proc_cpu_seconds
 from .postgres import PostgresServer
 
 
@@ -153,15 +154,6 @@ def _latency(pg, db: str, tower, rate: int, seconds: float, start: int) -> dict:
             "p99_ms": samples[int(len(samples) * 0.99)] * 1000 if samples else None}
 
 
-def _store_process(tower, db: str) -> subprocess.Popen:
-    """A store of run.py's store role, once it has started."""
-    proc = subprocess.Popen([sys.executable, str(RUN_PY), "--role", "store", "--sub", tower.sub_endpoint,
-                             "--pub", tower.pub_endpoint, "--db", db], stdout=subprocess.PIPE,
-                            stdin=subprocess.PIPE, text=True)
-    proc.stdout.readline()
-    return proc
-
-
 def run_all(records: int, bootstrap_rows: int, latency_seconds: float = 10.0) -> dict:
     """The whole scenario, printed; skipped without PostgreSQL or psycopg2."""
     if not available():
@@ -174,13 +166,11 @@ def run_all(records: int, bootstrap_rows: int, latency_seconds: float = 10.0) ->
 
 
 def _run(records: int, bootstrap_rows: int, latency_seconds: float) -> dict:
-    from dafka.config import Config
-    from dafka.towerd.tower import Tower
     pg = PostgresServer(free_port())
-    tower = Tower(Config.load(overrides={"tower/sub_address": "tcp://127.0.0.1:*",
-                                         "tower/pub_address": "tcp://127.0.0.1:*"})).start()
+    cluster = Cluster()
+    tower = cluster.tower
     work = tempfile.mkdtemp(prefix="dafka-bench-cdc-")
-    store = _store_process(tower, os.path.join(work, "store"))
+    store = cluster.store(os.path.join(work, "store"))
     result: dict = {}
     try:
         pg.sql("CREATE DATABASE bench")
@@ -211,10 +201,8 @@ def _run(records: int, bootstrap_rows: int, latency_seconds: float) -> dict:
         finally:
             connector.close()
     finally:
-        store.stdin.write("stop\n")
-        store.stdin.flush()
-        store.wait(60)
-        tower.stop()
+        cluster.stop_store(store)
+        cluster.close()
         pg.close()
         shutil.rmtree(work, ignore_errors=True)
     return result

@@ -157,15 +157,15 @@ def _mean(rounds: list[dict], compacted: bool, key: str) -> float | None:
 
 
 def report(r: dict) -> list[str]:
-    ceiling = r["ceiling"]["rate"]
+    ceiling_rate = r["ceiling"]["rate"]
     lines = [f"\n== compacted topics: {r['records']:,} keyed records of {SIZE} B over {r['keys']:,} keys, one store, "
-             f"min_acks 1 (ceiling {ceiling:,.0f}/s, sender {r['ceiling']['cpu_us']['sender']} us) =="]
+             f"min_acks 1 (ceiling {ceiling_rate:,.0f}/s, sender {r['ceiling']['cpu_us']['sender']} us) =="]
     for row in r["rounds"]:
         if "error" in row:
             lines.append(f"{'compacted' if row['compacted'] else 'not compacted':<14} {row['error']}")
             continue
         lines.append(f"{'compacted' if row['compacted'] else 'not compacted':<14} acked {row['ack_rate']:>9,.0f}/s "
-                     f"({row['ack_rate'] / ceiling:.2f}x), producer {row['producer_cpu_us']} us/record, store "
+                     f"({row['ack_rate'] / ceiling_rate:.2f}x), producer {row['producer_cpu_us']} us/record, store "
                      f"{row['store_cpu_us']:.2f} us/record written (compaction included); at "
                      f"{r['paced_rate']:,}/s ack p50 {row['ack_p50_ms']:.2f} ms, p99 {row['ack_p99_ms']:.2f} ms; "
                      f"removed {row['removed']:,} in {row['passes']} passes, longest step {row['step_max_ms']:.1f} ms")

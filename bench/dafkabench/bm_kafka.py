@@ -439,12 +439,12 @@ def report(results: list[dict]) -> list[str]:
             lines.append(f"  {r['size']} B: did not finish: {r['error']}")
         if "kafka_consume" not in r:
             continue
-        ceiling = r["ceiling"]
+        ceiling_rate = r["ceiling"]
         np_, nc = r["native_produce"], r["native_catchup"]
         kp, kc = r["kafka_produce"], r["kafka_consume"]
 
         def row(name: str, rate: float, native: float, cpu: str) -> str:
-            return (f"  {r['size']:>5} B  {name:<28} {rate:>10,.0f}/s  {rate / ceiling:5.2f}x ceiling  "
+            return (f"  {r['size']:>5} B  {name:<28} {rate:>10,.0f}/s  {rate / ceiling_rate:5.2f}x ceiling  "
                     f"{rate / native if native else 0:5.2f}x native  {cpu}")
 
         lines.append(row("native producer -> store", np_["rate"], np_["rate"], f"producer {np_['cpu_us']:.2f} us"))
@@ -455,7 +455,7 @@ def report(results: list[dict]) -> list[str]:
         lines.append(row("kafka consumer from 0", kc["rate"], nc["rate"],
                          f"gateway {kc['gateway_cpu_us']:.2f} us, client {kc['client_cpu_us']:.2f} us"
                          + ("" if kc["received"] >= r["records"] else f", ONLY {kc['received']:,} RECEIVED")))
-        lines.append(f"  {r['size']:>5} B  gateway peak RSS {r['gateway_rss_mib']:.0f} MiB; raw ceiling {ceiling:,.0f}/s")
+        lines.append(f"  {r['size']:>5} B  gateway peak RSS {r['gateway_rss_mib']:.0f} MiB; raw ceiling {ceiling_rate:,.0f}/s")
         sec = r.get("secured", {})
         if "skipped" in sec:
             lines.append(f"  {r['size']:>5} B  over TLS with SASL/SCRAM: skipped ({sec['skipped']})")
