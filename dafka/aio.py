@@ -44,6 +44,7 @@ import zmq
 from .records import PartitionKey
 from .config import ConfigLike
 from .consumer.consumer import Consumer, ConsumerOptions
+from .consumer.state import RecordSink
 from .errors import BufferFull, Closed, FlushTimeout
 from .groups.membership import Callback, ConsumerRebalanceListener
 from .producer.producer import Producer, SendHandle
@@ -258,19 +259,27 @@ class AsyncConsumer(Generic[V]):
         Records leave the queue only after this returns, with no await in
         between, so a cancelled read has taken nothing."""
         self._attach()
-        consumer = self._consumer
-        ready = consumer._resume()
+        ready = self._consumer._resume()
         if ready:
             return ready
+        ready = self._consumer._state.ready
+        await self.serve(ready.__len__, timeout)
+        return ready
+
+    async def serve(self, until: Callable[[], object], timeout: float | None) -> None:
+        """Serve the consumer's sockets and timers until ``until()`` is true (checked after each burst of
+        messages) or ``timeout`` seconds pass: what runs a consumer whose records go into sinks
+        (:meth:`deliver_into`)."""
+        self._attach()
+        consumer = self._consumer
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             served = consumer._serve(0)
-            ready = consumer._state.ready
-            if ready:
-                return ready
+            if until():
+                return
             now = time.monotonic()
             if deadline is not None and now >= deadline:
-                return ready
+                return
             if served or self._readable():
                 await asyncio.sleep(0)  # a burst that made no record ready: let other tasks run, then read on
             else:
@@ -297,6 +306,11 @@ class AsyncConsumer(Generic[V]):
     def subscribe(self, *topics: str | Iterable[str]) -> None:
         """Add topics, as :meth:`dafka.Consumer.subscribe`."""
         self._consumer.subscribe(*topics)
+
+    def deliver_into(self, topic: str, sink: RecordSink) -> None:
+        """Subscribe to ``topic`` with its records put into ``sink``, as :meth:`dafka.Consumer.deliver_into`;
+        :meth:`serve` runs the consumer meanwhile."""
+        self._consumer.deliver_into(topic, sink)
 
     def subscription(self) -> list[str]:
         """The topics subscribed to."""

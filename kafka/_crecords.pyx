@@ -6,8 +6,8 @@ checks them against the pure ones for any input (hypothesis)."""
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int64_t, uint8_t, uint64_t
-from libc.string cimport memcpy
+from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t, uint8_t, uint64_t
+from libc.string cimport memcpy, memmove
 
 from dafka.kafka.wire import DecodeError
 
@@ -208,3 +208,170 @@ def encode_records(base_offset, first_ts, rows, headers=None):
         out.used += record.used
         i += 1
     return bytes(out.buf[:out.used])
+
+
+cdef inline Py_ssize_t _varint_size(int64_t value) noexcept nogil:
+    """The bytes of ``value`` as a zigzag varint."""
+    cdef uint64_t v = (<uint64_t>value << 1) ^ <uint64_t>(value >> 63)
+    cdef Py_ssize_t n = 1
+    while v > 0x7F:
+        v >>= 7
+        n += 1
+    return n
+
+
+cdef inline uint64_t _u32le(const uint8_t* p) noexcept nogil:
+    return <uint64_t>p[0] | (<uint64_t>p[1] << 8) | (<uint64_t>p[2] << 16) | (<uint64_t>p[3] << 24)
+
+
+cdef inline int64_t _i64le(const uint8_t* p) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int k
+    for k in range(7, -1, -1):
+        v = (v << 8) | p[k]
+    return <int64_t>v
+
+
+cdef inline void _check_cut(Py_ssize_t at, uint64_t n, Py_ssize_t size, str what) except *:
+    if <uint64_t>at + n > <uint64_t>size:
+        raise ValueError(f"{what} of {n} bytes at {at} of {size}")
+
+
+def encode_frames(frames, Py_ssize_t lo, Py_ssize_t hi, default_ts):
+    cdef bytes lengths = frames.lengths, contents = frames.contents, key_lengths = frames.key_lengths
+    cdef bytes keys = frames.keys, times = frames.times, header_lengths = frames.header_lengths
+    cdef bytes headers = frames.headers
+    cdef tuple stamps = tuple(frames.stamps)
+    cdef Py_ssize_t count = PyBytes_GET_SIZE(lengths) // 4
+    if not (0 <= lo < hi <= count):
+        raise ValueError(f"records {lo} to {hi} of {count}")
+    if PyBytes_GET_SIZE(lengths) % 4 or PyBytes_GET_SIZE(key_lengths) % 4 or PyBytes_GET_SIZE(times) % 8 or \
+            PyBytes_GET_SIZE(header_lengths) % 4:
+        raise ValueError("a frame of lengths or times cut short")
+    cdef bint keyed = PyBytes_GET_SIZE(key_lengths) > 0
+    cdef bint timed = PyBytes_GET_SIZE(times) > 0
+    if (keyed and PyBytes_GET_SIZE(key_lengths) < 4 * hi) or \
+            (timed and (PyBytes_GET_SIZE(times) < 8 * hi or PyBytes_GET_SIZE(header_lengths) < 4 * hi)):
+        raise ValueError(f"frames shorter than {hi} records")
+    cdef const uint8_t* sizes = <const uint8_t*>PyBytes_AS_STRING(lengths)
+    cdef const uint8_t* key_sizes = <const uint8_t*>PyBytes_AS_STRING(key_lengths)
+    cdef const uint8_t* stamps_ms = <const uint8_t*>PyBytes_AS_STRING(times)
+    cdef const uint8_t* header_sizes = <const uint8_t*>PyBytes_AS_STRING(header_lengths)
+    cdef const uint8_t* value_p = <const uint8_t*>PyBytes_AS_STRING(contents)
+    cdef const uint8_t* key_p = <const uint8_t*>PyBytes_AS_STRING(keys)
+    cdef const uint8_t* header_p = <const uint8_t*>PyBytes_AS_STRING(headers)
+    cdef Py_ssize_t value_size = PyBytes_GET_SIZE(contents), key_size = PyBytes_GET_SIZE(keys)
+    cdef Py_ssize_t header_size = PyBytes_GET_SIZE(headers)
+    cdef Py_ssize_t value_at = 0, key_at = 0, header_at = 0, i, pos, blob_end, count_at
+    cdef uint64_t n, value_n, key_n, sequence = frames.sequence
+    cdef Py_ssize_t size
+    cdef int64_t stamp_ts = default_ts, ts, first_ts = 0, max_ts = 0, headers_n
+    cdef Py_ssize_t stamp = 0, stamps_n = len(stamps)
+    cdef uint8_t* at
+    for i in range(lo):
+        value_at += <Py_ssize_t>_u32le(sizes + 4 * i)
+        if keyed:
+            n = _u32le(key_sizes + 4 * i)
+            if n != 0xFFFFFFFF:
+                key_at += <Py_ssize_t>n
+        if timed:
+            header_at += <Py_ssize_t>_u32le(header_sizes + 4 * i)
+    cdef _Out out = _Out()
+    cdef _Out record = _Out()
+    out.room(value_size - value_at + key_size - key_at + header_size - header_at + 32 * (hi - lo))  # (about)
+    for i in range(lo, hi):
+        while stamp < stamps_n and <uint64_t>stamps[stamp][0] <= sequence + <uint64_t>i:
+            stamp_ts = stamps[stamp][1]
+            stamp += 1
+        ts = stamp_ts
+        if timed:
+            ts = _i64le(stamps_ms + 8 * i)
+            if ts == NO_TIME:
+                ts = stamp_ts
+        if i == lo:
+            first_ts = max_ts = ts
+        elif ts > max_ts:
+            max_ts = ts
+        if (first_ts < 0 and ts > INT64_MAX + first_ts) or (first_ts > 0 and ts < INT64_MIN + first_ts):
+            raise OverflowError(f"a timestamp delta beyond 64 bits: {ts} - {first_ts}")
+        n = _u32le(header_sizes + 4 * i) if timed else 0
+        if n == 0:  # no headers: its size known ahead, the record is written in place
+            value_n = _u32le(sizes + 4 * i)
+            _check_cut(value_at, value_n, value_size, "a value")
+            key_n = _u32le(key_sizes + 4 * i) if keyed else 0xFFFFFFFF
+            size = 2 + _varint_size(ts - first_ts) + _varint_size(i - lo) + _varint_size(<int64_t>value_n) + \
+                <Py_ssize_t>value_n
+            if key_n == 0xFFFFFFFF:
+                size += 1
+            else:
+                _check_cut(key_at, key_n, key_size, "a key")
+                size += _varint_size(<int64_t>key_n) + <Py_ssize_t>key_n
+            out.varint(size)
+            out.room(size)[0] = 0
+            out.used += 1
+            out.varint(ts - first_ts)
+            out.varint(i - lo)
+            if key_n == 0xFFFFFFFF:
+                out.varint(-1)
+            else:
+                out.varint(<int64_t>key_n)
+                out.raw(<const char*>key_p + key_at, <Py_ssize_t>key_n)
+                key_at += <Py_ssize_t>key_n
+            out.varint(<int64_t>value_n)
+            out.raw(<const char*>value_p + value_at, <Py_ssize_t>value_n)
+            value_at += <Py_ssize_t>value_n
+            out.room(1)[0] = 0  # no headers
+            out.used += 1
+            continue
+        record.used = 0
+        record.room(1)[0] = 0
+        record.used = 1
+        record.varint(ts - first_ts)
+        record.varint(i - lo)
+        n = _u32le(key_sizes + 4 * i) if keyed else 0xFFFFFFFF
+        if n == 0xFFFFFFFF:
+            record.varint(-1)
+        else:
+            _check_cut(key_at, n, key_size, "a key")
+            record.varint(<int64_t>n)
+            record.raw(<const char*>key_p + key_at, <Py_ssize_t>n)
+            key_at += <Py_ssize_t>n
+        n = _u32le(sizes + 4 * i)
+        _check_cut(value_at, n, value_size, "a value")
+        record.varint(<int64_t>n)
+        record.raw(<const char*>value_p + value_at, <Py_ssize_t>n)
+        value_at += <Py_ssize_t>n
+        n = _u32le(header_sizes + 4 * i)
+        _check_cut(header_at, n, header_size, "headers")
+        pos, blob_end = header_at, header_at + <Py_ssize_t>n
+        header_at = blob_end
+        headers_n = 0
+        record.room(10)
+        count_at = record.used
+        record.used += 10  # room for the count's varint, moved down once it is known
+        while pos < blob_end:
+            _check_cut(pos, 4, blob_end, "a header name's length")
+            n = _u32le(header_p + pos)
+            _check_cut(pos + 4, n, blob_end, "a header name")
+            record.varint(<int64_t>n)
+            record.raw(<const char*>header_p + pos + 4, <Py_ssize_t>n)
+            pos += 4 + <Py_ssize_t>n
+            _check_cut(pos, 4, blob_end, "a header value's length")
+            n = _u32le(header_p + pos)
+            pos += 4
+            if n == 0xFFFFFFFF:
+                record.varint(-1)
+            else:
+                _check_cut(pos, n, blob_end, "a header value")
+                record.varint(<int64_t>n)
+                record.raw(<const char*>header_p + pos, <Py_ssize_t>n)
+                pos += <Py_ssize_t>n
+            headers_n += 1
+        at = <uint8_t*>PyByteArray_AS_STRING(record.buf)
+        n = <uint64_t>_put_varint(at + count_at, headers_n)
+        memmove(at + count_at + n, at + count_at + 10, record.used - count_at - 10)
+        record.used -= 10 - <Py_ssize_t>n
+        out.varint(record.used)
+        memcpy(out.room(record.used), PyByteArray_AS_STRING(record.buf), record.used)
+        out.used += record.used
+    return out.take(), first_ts, max_ts

@@ -19,11 +19,11 @@ from typing import Any, Callable, Sequence
 
 from dafka.protocol.attributes import Attributes
 
-from .records import NO_TIMESTAMP, KafkaRecord, encode_records, read_columns, read_records
+from .records import NO_TIMESTAMP, KafkaRecord, RecordFrames, encode_frames, encode_records, read_columns, read_records
 from .wire import DecodeError, uvarint
 
 cramjam: Any
-crc32c: Callable[[bytes | memoryview], int] | None
+crc32c: Callable[..., int] | None
 try:
     import cramjam
 except ImportError:  # pragma: no cover - the kafka extra installs it
@@ -69,10 +69,14 @@ class Batch:
         return self.attributes & 0x07
 
 
-def _crc(data: bytes | memoryview) -> int:
+def _crc(*parts: bytes | memoryview) -> int:
+    """The CRC-32C of ``parts`` back to back."""
     if crc32c is not None:
-        return crc32c(data)
-    return _crc32c_pure(bytes(data))
+        value = 0
+        for part in parts:
+            value = crc32c(part, value)
+        return value
+    return _crc32c_pure(b"".join(parts))
 
 
 def _crc32c_table() -> list[int]:
@@ -187,7 +191,7 @@ def read_batches(data: bytes | memoryview, columns: bool = False) -> list[Batch]
     return out
 
 
-def write_batch(base_offset: int, records: Sequence[tuple[int, int, bytes | None, bytes | None]], *,
+def write_batch(base_offset: int, records: Sequence[tuple[Any, ...]], *,
                 codec: int = NONE, producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
                 headers: Sequence[Sequence[tuple[str, bytes | None]]] | None = None) -> bytes:
     """One batch of ``(offset, unix ms, key, value)`` records, offsets rising from ``base_offset`` (a compacted
@@ -197,13 +201,26 @@ def write_batch(base_offset: int, records: Sequence[tuple[int, int, bytes | None
     first_ts = min(r[1] for r in records)
     max_ts = max(r[1] for r in records)
     body = encode_records(base_offset, first_ts, records, headers)
-    body = compress(codec, body)
-    last_delta = records[-1][0] - base_offset
+    return _framed(base_offset, records[-1][0] - base_offset, first_ts, max_ts, len(records), compress(codec, body),
+                   codec, producer_id, producer_epoch, base_sequence)
+
+
+def write_frames_batch(frames: RecordFrames, lo: int, hi: int, default_ts: int) -> bytes:
+    """One uncompressed batch of the records ``lo`` to ``hi`` (exclusive) of a dafka message, offsets from
+    ``frames.sequence + lo`` (:func:`~dafka.kafka.records.encode_frames`: what a Fetch sends of a store's
+    answer, with no record object on the way)."""
+    body, first_ts, max_ts = encode_frames(frames, lo, hi, default_ts)
+    return _framed(frames.sequence + lo, hi - lo - 1, first_ts, max_ts, hi - lo, body)
+
+
+def _framed(base_offset: int, last_delta: int, first_ts: int, max_ts: int, count: int, body: bytes,
+            codec: int = NONE, producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+    """A batch around its (compressed) body: its header and CRC-32C."""
     after = struct.pack(">hiqqqhii", codec, last_delta, first_ts, max_ts, producer_id, producer_epoch,
-                        base_sequence, len(records)) + body
-    length = 4 + 1 + 4 + len(after)  # leader epoch, magic, crc, the rest
-    return struct.pack(">qiibI", base_offset, length, 0, 2, _crc(after)) + after
+                        base_sequence, count)
+    length = 4 + 1 + 4 + len(after) + len(body)  # leader epoch, magic, crc, the rest
+    return b"".join((struct.pack(">qiibI", base_offset, length, 0, 2, _crc(after, body)), after, body))
 
 
 __all__ = ["Batch", "CODECS", "KafkaRecord", "UnsupportedCompression", "compress", "decompress", "read_batches",
-           "write_batch", "uvarint"]
+           "write_batch", "write_frames_batch", "uvarint"]

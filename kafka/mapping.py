@@ -39,6 +39,7 @@ from dafka.core.addresses import partition_address
 from . import batches, errors
 from .acl import ALLOW_ALL, CREATE, DELETE, DESCRIBE, GROUP, READ, TOPIC, WRITE, Access
 from .batches import Batch
+from .fetch_buffer import Row, Segment
 from .gateways import Gateways, Node, group_key, partition_key
 from .groups import Coordinator
 from .idempotence import Sequences
@@ -763,30 +764,49 @@ class Mapping:
         return reads
 
     def fetch_response(self, reads: Reads, topics: dict[str, TopicView],
-                       found: dict[tuple[str, int], list[tuple[Any, ...]]]) -> bytes:
-        """``found``: (topic, index) -> the records read, as (offset, unix ms, key, value, headers)."""
+                       found: dict[tuple[str, int], list[Segment]]) -> bytes:
+        """``found``: (topic, index) -> the records read (:meth:`fetch_buffer.PartitionBuffer.take`)."""
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for key in reads.order:
             topic, index = key
             view = topics.get(topic)
             code = reads.refused.get(key, 0)
-            records = found.get(key) or []
+            segments = found.get(key) or []
             head = view.heads[index] if view is not None and 0 <= index < view.count else -1
-            if records:
-                head = max(head, records[-1][0])
+            if segments:
+                last = segments[-1]
+                head = max(head, last[-1][0] if isinstance(last, list) else last.last)
             part = {"partition_index": index, "error_code": code, "high_watermark": head + 1 if code == 0 else -1,
                     "last_stable_offset": head + 1 if code == 0 else -1,
                     "log_start_offset": view.tail(index) if view is not None and code == 0 else -1,
                     "aborted_transactions": None, "preferred_read_replica": -1,
-                    "records": _batch(records) if records else b""}
+                    "records": _batches(segments)}
             by_topic.setdefault(topic, []).append(part)
         body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
                 "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
         return encode_body(FETCH, reads.request.version, body)
 
 
-def _batch(rows: list[tuple[Any, ...]]) -> bytes:
-    """One batch of a partition's (offset, unix ms, key, value, headers) rows, with their headers if any has."""
+def _batches(segments: list[Segment]) -> list[bytes]:
+    """The batches of a partition's records that a Fetch took (``RECORDS`` writes them as they are): one a
+    message's frames, one for each run of rows."""
+    out: list[bytes] = []
+    rows: list[Row] = []
+    for segment in segments:
+        if isinstance(segment, list):
+            rows += segment
+            continue
+        if rows:
+            out.append(_rows_batch(rows))
+            rows = []
+        out.append(batches.write_frames_batch(segment.frames, segment.lo, segment.hi, segment.default_ts))
+    if rows:
+        out.append(_rows_batch(rows))
+    return out
+
+
+def _rows_batch(rows: list[Row]) -> bytes:
+    """One batch of (offset, unix ms, key, value, headers) rows, with their headers if any has."""
     headers = [row[4] for row in rows]
     return batches.write_batch(rows[0][0], rows, headers=headers if any(headers) else None)
 

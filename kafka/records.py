@@ -14,11 +14,13 @@ of the gateway's CPU in these loops.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from dafka.core import extensions
 from dafka.protocol.attributes import NO_TIME, Attributes, encode_headers
+from dafka.protocol.packing import SWAP, lengths_of
 
 from .wire import DecodeError, Reader, varint
 
@@ -122,7 +124,129 @@ def encode_records(base_offset: int, first_ts: int, rows: Sequence[Row],
     return b"".join(parts)
 
 
-PURE = {"read_records": read_records, "read_columns": read_columns, "encode_records": encode_records}
+class RecordFrames(Protocol):
+    """A run of dafka records as a (DIRECT-)RECORDS message carries them, frame by frame (rfc 18 and 18.4):
+    :class:`dafka.protocol.messages.DirectRecordsMsg` is one."""
+
+    @property
+    def sequence(self) -> int: ...
+    @property
+    def lengths(self) -> bytes: ...
+    @property
+    def contents(self) -> bytes: ...
+    @property
+    def key_lengths(self) -> bytes: ...
+    @property
+    def keys(self) -> bytes: ...
+    @property
+    def times(self) -> bytes: ...
+    @property
+    def header_lengths(self) -> bytes: ...
+    @property
+    def headers(self) -> bytes: ...
+    @property
+    def stamps(self) -> tuple[tuple[int, int], ...]: ...
+
+
+NO_KEY = 2 ** 32 - 1  # a key length that says the record has none (dafka.protocol.messages')
+NULL_HEADER = 2 ** 32 - 1  # a header value length that says it is null (dafka.protocol.attributes')
+
+
+def encode_frames(frames: RecordFrames, lo: int, hi: int, default_ts: int) -> tuple[bytes, int, int]:
+    """The body of a batch of the records ``lo`` to ``hi`` (exclusive) of ``frames``, read where they lie (a
+    Fetch's path from the stores: no record object on the way), with its first timestamp and its greatest.
+
+    Offset deltas count from record ``lo``.  A record's timestamp is its own, else its store's (the last of
+    ``frames.stamps``, taken in their order, at or below its sequence), else ``default_ts``; its headers are
+    rewritten from dafka's encoding to Kafka's.  ``frames`` is as a decoded message is, checked: ValueError
+    where it is not."""
+    if not 0 <= lo < hi <= len(frames.lengths) // 4:
+        raise ValueError(f"records {lo} to {hi} of {len(frames.lengths) // 4}")
+    if len(frames.lengths) % 4 or len(frames.key_lengths) % 4 or len(frames.times) % 8 or len(frames.header_lengths) % 4:
+        raise ValueError("a frame of lengths or times cut short")
+    timed = bool(frames.times)
+    if (frames.key_lengths and len(frames.key_lengths) < 4 * hi) or \
+            (timed and (len(frames.times) < 8 * hi or len(frames.header_lengths) < 4 * hi)):
+        raise ValueError(f"frames shorter than {hi} records")
+    sizes = lengths_of(frames.lengths)
+    key_sizes = lengths_of(frames.key_lengths) if frames.key_lengths else None
+    if timed:
+        times = array("q")
+        times.frombytes(frames.times)
+        if SWAP:
+            times.byteswap()
+        header_sizes = lengths_of(frames.header_lengths)
+    contents, keys, headers, stamps = frames.contents, frames.keys, frames.headers, frames.stamps
+    value_at = sum(sizes[:lo])
+    key_at = sum(n for n in key_sizes[:lo] if n != NO_KEY) if key_sizes is not None else 0
+    header_at = sum(header_sizes[:lo]) if timed else 0
+    stamp, stamp_ts = 0, _int64(default_ts)
+    parts: list[bytes] = []
+    first_ts = max_ts = 0
+    for i in range(lo, hi):
+        seq = frames.sequence + i
+        while stamp < len(stamps) and stamps[stamp][0] <= seq:
+            stamp_ts = _int64(stamps[stamp][1])
+            stamp += 1
+        ts = times[i] if timed and times[i] != NO_TIME else stamp_ts
+        if i == lo:
+            first_ts = max_ts = ts
+        max_ts = max(max_ts, ts)
+        fields = [b"\x00", varint(_int64(ts - first_ts)), varint(i - lo)]
+        n = key_sizes[i] if key_sizes is not None else NO_KEY
+        if n == NO_KEY:
+            fields.append(b"\x01")
+        else:
+            fields += [varint(n), _cut(keys, key_at, n, "a key")]
+            key_at += n
+        n = sizes[i]
+        fields += [varint(n), _cut(contents, value_at, n, "a value")]
+        value_at += n
+        if timed and header_sizes[i]:
+            blob = _cut(headers, header_at, header_sizes[i], "headers")
+            header_at += header_sizes[i]
+            fields += _kafka_headers(blob)
+        else:
+            fields.append(b"\x00")
+        record = b"".join(fields)
+        parts += [varint(len(record)), record]
+    return b"".join(parts), first_ts, max_ts
+
+
+def _int64(value: int) -> int:
+    if value not in INT64:
+        raise OverflowError(f"{value} is beyond 64 bits")
+    return value
+
+
+def _cut(blob: bytes, at: int, n: int, what: str) -> bytes:
+    if at + n > len(blob):
+        raise ValueError(f"{what} of {n} bytes at {at} of {len(blob)}")
+    return blob[at:at + n]
+
+
+def _kafka_headers(blob: bytes) -> list[bytes]:
+    """A record's headers in dafka's encoding (u32 little-endian lengths; NULL_HEADER: a null value), as a
+    Kafka record's: their count, then each name and value with varint lengths (-1: null)."""
+    out: list[bytes] = []
+    pos, count = 0, 0
+    while pos < len(blob):
+        n = int.from_bytes(_cut(blob, pos, 4, "a header name's length"), "little")
+        out += [varint(n), _cut(blob, pos + 4, n, "a header name")]
+        pos += 4 + n
+        n = int.from_bytes(_cut(blob, pos, 4, "a header value's length"), "little")
+        pos += 4
+        if n == NULL_HEADER:
+            out.append(b"\x01")
+        else:
+            out += [varint(n), _cut(blob, pos, n, "a header value")]
+            pos += n
+        count += 1
+    return [varint(count), *out]
+
+
+PURE = {"read_records": read_records, "read_columns": read_columns, "encode_records": encode_records,
+        "encode_frames": encode_frames}
 """The pure-Python functions, whichever run (the twin's tests compare them)."""
 
 _twin = extensions.twin(__name__)
@@ -130,3 +254,4 @@ if _twin is not None:
     read_records = _twin.read_records
     read_columns = _twin.read_columns
     encode_records = _twin.encode_records
+    encode_frames = _twin.encode_frames

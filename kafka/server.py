@@ -46,10 +46,12 @@ import ssl
 import struct
 import time
 from dataclasses import dataclass
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
+from itertools import groupby
+from operator import attrgetter
 from typing import Any, TypeVar
 
-from dafka.records import PartitionKey
+from dafka.records import PartitionKey, Record
 from dafka.aio import AsyncConsumer, AsyncProducer, SendFuture
 from dafka.config import Config
 from dafka.errors import BufferFull, DafkaError, PartitionClaimed, RecordTooLarge
@@ -75,7 +77,8 @@ from .messages import (
 )
 from .acl import ALLOW_ALL, ANONYMOUS, Access, Acl
 from .sasl import MAX_SASL_BYTES, MECHANISMS, SaslServer, Users
-from .fetch_buffer import PartitionBuffer, Row
+from .fetch_buffer import PartitionBuffer, Segment
+from .records import RecordFrames
 from .wire import DecodeError
 
 log = logging.getLogger(__name__)
@@ -111,11 +114,12 @@ class Counters:
 
 
 class _Reader:
-    """One connection's reads: a dafka consumer, and what it delivered, by (topic, partition address).
+    """One connection's reads: a dafka consumer whose records go straight into a buffer by (topic, partition
+    address), a store's answer as its frames came (:class:`_TopicSink`).
 
-    A task pumps the consumer all along (its loop runs in ``getmany``), so the catch-up from the stores
-    goes on between two Fetches and a live record is in the buffer when it comes; it pauses while a
-    partition's buffer holds :data:`BUFFER_RECORDS` the client has not fetched past."""
+    A task serves the consumer all along, so the catch-up from the stores goes on between two Fetches and a
+    live record is in the buffer when it comes; it pauses while a partition's buffer holds
+    :data:`BUFFER_RECORDS` the client has not fetched past."""
 
     def __init__(self, config: Config, heads: dict[PartitionKey, int]) -> None:
         self.consumer: AsyncConsumer[bytes] = AsyncConsumer(config=config.with_overrides(
@@ -123,7 +127,7 @@ class _Reader:
         self.heads = heads  # the gateway's, moved on as records come (a foreign partition's head)
         self.buffers: dict[PartitionKey, PartitionBuffer] = {}
         self.topics: set[str] = set()
-        self.arrived = asyncio.Event()  # set when the pump buffered records
+        self.arrived = asyncio.Event()  # set when records came into a buffer
         self._room = asyncio.Event()
         self._room.set()
         self._pump: asyncio.Task[None] | None = None
@@ -131,7 +135,7 @@ class _Reader:
     def want(self, topic: str, address: str, offset: int) -> PartitionBuffer:
         if topic not in self.topics:
             self.topics.add(topic)
-            self.consumer.subscribe(topic)
+            self.consumer.deliver_into(topic, _TopicSink(self, topic))
         if self._pump is None:
             self._pump = asyncio.ensure_future(self._run())
         buf = self.buffers.get((topic, address))
@@ -144,26 +148,22 @@ class _Reader:
             self._room.set()  # (the pump stops while any partition's buffer is full)
         return buf
 
+    def added(self, key: PartitionKey, buf: PartitionBuffer) -> None:
+        """Records came into ``buf``, a buffer of :attr:`buffers`."""
+        if buf.next > self.heads.get(key, -1) + 1:
+            self.heads[key] = buf.next - 1
+        if buf.records >= BUFFER_RECORDS:
+            self._room.clear()
+        self.arrived.set()
+
     async def _run(self) -> None:
-        buffers, heads = self.buffers, self.heads
+        full = self._full
         while True:
             await self._room.wait()
-            got = await self.consumer.getmany(timeout_ms=PUMP_WAIT_MS)
-            if not got:
-                continue
-            now = int(time.time() * 1000)
-            for (topic, address), records in got.items():
-                buf = buffers.get((topic, address))
-                if buf is None:
-                    continue
-                # in order from the seek on; a compacted partition's skip offsets (rfc 19)
-                buf.add([(r.offset, now if r.timestamp is None else r.timestamp, r.key, r.value, r.headers)
-                         for r in records])
-                if buf.next > heads.get((topic, address), -1) + 1:
-                    heads[(topic, address)] = buf.next - 1
-                if buf.records >= BUFFER_RECORDS:
-                    self._room.clear()
-            self.arrived.set()
+            await self.consumer.serve(full, PUMP_WAIT_MS / 1000.0)
+
+    def _full(self) -> bool:
+        return not self._room.is_set()
 
     async def wait(self, seconds: float) -> None:
         """Until the pump buffers more, or ``seconds``."""
@@ -1357,13 +1357,13 @@ class KafkaGateway:
             if size >= max(1, reads.min_bytes) or time.monotonic() >= deadline or not buffers:
                 break
             await fetches.wait(deadline - time.monotonic())
-        self.counters.records_out += sum(len(v) for v in found.values())
+        self.counters.records_out += sum(len(segment) for segments in found.values() for segment in segments)
         return mapping.fetch_response(reads, await self._known(list(views), []), found)
 
     @staticmethod
     def _take(buffers: dict[tuple[str, int], tuple[Any, PartitionBuffer]],
-              max_bytes: int) -> tuple[dict[tuple[str, int], list[Row]], int]:
-        found: dict[tuple[str, int], list[Row]] = {}
+              max_bytes: int) -> tuple[dict[tuple[str, int], list[Segment]], int]:
+        found: dict[tuple[str, int], list[Segment]] = {}
         total = 0
         for key, (read, buf) in buffers.items():
             rows, size = buf.take(read.offset, min(read.max_bytes, max_bytes - total))
@@ -1371,6 +1371,39 @@ class KafkaGateway:
                 found[key] = rows
                 total += size
         return found, total
+
+
+class _TopicSink:
+    """Where a reader's consumer delivers a topic's records (a :class:`~dafka.consumer.state.FrameSink`):
+    into the buffer of their partition, if a Fetch asked for it; a message's records as its frames came, a
+    record delivered alone as a row.  A record without a timestamp, its own or its store's, gets the time
+    it came."""
+
+    def __init__(self, reader: _Reader, topic: str) -> None:
+        self.reader, self.topic = reader, topic
+
+    def add_frames(self, partition: str, msg: RecordFrames, skip: int) -> None:
+        key = (self.topic, partition)
+        buf = self.reader.buffers.get(key)
+        if buf is not None:
+            buf.add_frames(msg, skip, int(time.time() * 1000))
+            self.reader.added(key, buf)
+
+    def append(self, record: Record[bytes]) -> None:
+        self.extend((record,))
+
+    def extend(self, records: Iterable[Record[bytes]]) -> None:
+        now = int(time.time() * 1000)
+        for (topic, address), run in groupby(records, _partition_of):
+            buf = self.reader.buffers.get((topic, address))
+            if buf is not None:
+                # in order from the seek on; a compacted partition's skip offsets (rfc 19)
+                buf.add([(r.offset, now if r.timestamp is None else r.timestamp, r.key, r.value, r.headers)
+                         for r in run])
+                self.reader.added((topic, address), buf)
+
+
+_partition_of = attrgetter("topic", "partition")
 
 
 async def _stop_now(*producers: AsyncProducer[bytes] | None) -> None:

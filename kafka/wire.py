@@ -321,5 +321,17 @@ INT8, INT16, INT32, INT64 = (_Fixed(c, 0) for c in (_I8, _I16, _I32, _I64))
 UINT32, FLOAT64 = _Fixed(_U32, 0), _Fixed(_F64, 0.0)
 BOOL, UUID = _Bool(), _Uuid()
 STRING, NULLABLE_STRING = String(), _NULLABLE_STRING
+class RecordSet(Bytes):
+    """RECORDS: a record batch or several back to back, decoded apart (batches.py); written from the list of
+    the batches as well, without joining them first (a Fetch's megabyte copied once less)."""
+
+    def write(self, out: list[bytes], value: Any, flexible: bool) -> None:
+        if isinstance(value, list):
+            _write_length(out, sum(map(len, value)), flexible, wide=True)
+            out += value
+            return
+        super().write(out, value, flexible)
+
+
 BYTES, NULLABLE_BYTES = Bytes(), Bytes(nullable=True)
-RECORDS = NULLABLE_BYTES  # a record batch (or several), decoded apart (batches.py)
+RECORDS = RecordSet(nullable=True)

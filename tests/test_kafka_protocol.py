@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import struct
@@ -12,6 +13,8 @@ from hypothesis import given, settings, strategies as st
 from test_extensions import outcome as call
 
 from dafka.protocol import attributes
+from dafka.protocol.encoding import pack_contents as encode_pack_contents, pack_keys as encode_pack_keys
+from dafka.protocol.messages import DirectKeyedRecordsMsg
 from dafka.kafka import batches, errors, records
 from dafka.kafka.mapping import Answer, Appends, Mapping, Reads, TopicView, address_of
 from dafka.kafka.messages import (
@@ -244,7 +247,7 @@ def test_fetch_reads_from_the_offset_and_answers_batches_with_the_high_watermark
         assert [(r.index, r.offset) for r in reads.reads] == [(0, 2)]
         assert reads.refused == {("t", 1): errors.OFFSET_OUT_OF_RANGE}
         rows = [(2, 7, None, b"c", ()), (3, 8, b"k", b"d", (("h", b"1"), ("n", None)))]
-        answer = _decode(FETCH, version, mapping.fetch_response(reads, views, {("t", 0): rows}))
+        answer = _decode(FETCH, version, mapping.fetch_response(reads, views, {("t", 0): [rows]}))
         p0, p1 = answer["responses"][0]["partitions"]
         assert (p0["error_code"], p0["high_watermark"]) == (0, 5)
         got = batches.read_batches(p0["records"])[0].records
@@ -347,3 +350,54 @@ def test_fuzz_the_compiled_record_decoder_on_any_bytes(body, count, first_ts):
     assert call(twin.read_records, body, count, first_ts) == \
         call(records.PURE["read_records"], body, count, first_ts)
     assert call(twin.read_columns, body, count, first_ts) == call(records.PURE["read_columns"], body, count, first_ts)
+
+
+FRAME_RECORDS = st.lists(st.tuples(st.binary(max_size=60), st.none() | st.binary(max_size=20),
+                                   st.none() | st.integers(0, 2 ** 42), HEADERS), min_size=1, max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(FRAME_RECORDS, st.integers(0, 2 ** 40), st.booleans(), st.booleans(),
+       st.lists(st.tuples(st.integers(0, 2 ** 40 + 40), st.integers(0, 2 ** 42)), max_size=4), st.integers(0, 2 ** 42),
+       st.data())
+def test_fuzz_a_stores_answer_becomes_the_kafka_batch_its_records_make(recs, sequence, keyed, timed, stamps,
+                                                                       default_ts, data):
+    """What a Fetch sends of a message's frames (``encode_frames``, compiled and pure) reads back as the
+    records, their timestamps (their own, else their store's stamp at or below their sequence, else the
+    default) and headers; damaged frames raise ValueError, never read past them."""
+    twin = _crecords()
+    stamps = tuple(sorted(stamps))
+    values = [v for v, _, _, _ in recs]
+    keys = [k for _, k, _, _ in recs] if keyed else [None] * len(recs)
+    lengths, contents = encode_pack_contents(values)
+    key_lengths, key_blob = encode_pack_keys(keys) if keyed else (b"", b"")
+    held = [attributes.record_attributes(h, ts) for _, _, ts, h in recs] if timed else []
+    times, header_lengths, header_blob = attributes.pack(held) if timed else (b"", b"", b"")
+    msg = DirectKeyedRecordsMsg("consumer", "store", "topic", sequence, lengths, contents, stamps, key_lengths, key_blob,
+                                times, header_lengths, header_blob)
+    lo = data.draw(st.integers(0, len(recs) - 1))
+    hi = data.draw(st.integers(lo + 1, len(recs)))
+    pure = call(records.PURE["encode_frames"], msg, lo, hi, default_ts)
+    assert call(twin.encode_frames, msg, lo, hi, default_ts) == pure
+    body, first_ts, max_ts = pure[1]
+    back = records.read_records(body, hi - lo, first_ts)
+
+    def expected_ts(i):
+        if timed and recs[i][2] is not None:
+            return recs[i][2]
+        below = [ms for seq, ms in stamps if seq <= sequence + i]
+        return below[-1] if below else default_ts
+
+    assert [(r.offset_delta, r.timestamp, r.key, r.value) for r in back] == \
+        [(i - lo, expected_ts(i), keys[i] if keys[i] is not None or not keyed else None, values[i])
+         for i in range(lo, hi)]
+    assert [r.headers for r in back] == [list(recs[i][3]) if timed else [] for i in range(lo, hi)]
+    assert max_ts == max(r.timestamp for r in back)
+    # damaged frames: the same error from both, never a read past them
+    frame = data.draw(st.sampled_from(["lengths", "contents", "key_lengths", "keys", "header_lengths", "headers"]))
+    raw = getattr(msg, frame)
+    cut = data.draw(st.integers(0, len(raw)))
+    damaged = dataclasses.replace(msg, **{frame: raw[:cut] + data.draw(st.binary(max_size=6))})
+    got = call(twin.encode_frames, damaged, lo, hi, default_ts)
+    assert got == call(records.PURE["encode_frames"], damaged, lo, hi, default_ts)
+    assert got[0] == "ok" or got == ("raised", ValueError)

@@ -259,3 +259,40 @@ def test_store_times_give_a_record_without_a_timestamp_its_stores_and_keep_a_rec
     plain.subscribe("t")
     plain.on_frames(proto.encode(proto.DirectRecordsMsg(ME, P, "t", 0, *proto.pack_contents([b"e"]), ((0, 7_000),))))
     assert [r.timestamp for r in plain.ready] == [None]
+
+
+class FrameBox:
+    """A FrameSink: what the consumer put, as the Kafka gateway's reader takes it."""
+
+    def __init__(self) -> None:
+        self.frames: list[tuple[str, int, int]] = []
+        self.records: list = []
+
+    def add_frames(self, partition: str, msg: proto.DirectRecordsMsg, skip: int) -> None:
+        self.frames.append((partition, msg.sequence, skip))
+
+    def append(self, record) -> None:
+        self.records.append(record)
+
+    def extend(self, records) -> None:
+        self.records.extend(records)
+
+
+def test_a_frame_sink_gets_each_message_as_it_came_from_the_next_record_on_and_single_records_as_records():
+    consumer = ConsumerState(ME, reset="earliest", store_times=True)
+    box = FrameBox()
+    consumer.subscribe("t", sink=box)
+
+    def direct(seq: int, values: list[bytes]) -> list[bytes]:
+        return proto.encode(proto.DirectKeyedRecordsMsg(ME, P, "t", seq, *proto.pack_contents(values), ((seq, 9),),
+                                                        *proto.pack_keys([b"k"] * len(values))))
+
+    consumer.on_frames(direct(0, [b"a", b"b", b"c"]))
+    consumer.on_frames(direct(1, [b"b", b"c", b"d"]))  # 1 and 2 again: from its third record on
+    consumer.on_frames(direct(6, [b"g"]))  # ahead of a gap: held as a record until the gap comes
+    consumer.on_frames(proto.encode(proto.RecordMsg("t", P, "t", 4, b"e")))
+    consumer.on_frames(proto.encode(proto.RecordMsg("t", P, "t", 5, b"f")))
+    assert box.frames == [(P, 0, 0), (P, 1, 2)]
+    assert [(r.offset, r.value, r.key, r.timestamp) for r in box.records] == [
+        (4, b"e", None, None), (5, b"f", None, None), (6, b"g", b"k", 9)]
+    assert not consumer.ready and consumer.positions()[("t", P)] == 7

@@ -28,7 +28,7 @@ from ..groups.membership import Callback, ConsumerRebalanceListener, Membership
 from ..protocol.commits import offsets_topic
 from ..records import Record, TopicPartition, deserialized
 from .offsets import OffsetJournal
-from .state import ConsumerState
+from .state import ConsumerState, RecordSink
 
 V = TypeVar("V")  # a record's value: bytes, or what the value_deserializer returns
 
@@ -195,6 +195,18 @@ class Consumer(Generic[V]):
                 for prefix in self._state.subscribe(topic):
                     self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
                 self._data.add_profile(proto.ROLE_CONSUMER, topic)
+            self._flush_out()
+
+    def deliver_into(self, topic: str, sink: RecordSink) -> None:
+        """Subscribe to ``topic`` with its records put into ``sink`` rather than returned: every partition
+        from its earliest record, or from where :meth:`seek` says, outside any group.  For what is built on
+        a consumer, as the Kafka gateway's reader: a :class:`~dafka.consumer.state.FrameSink` takes the
+        records of a message as its frames came."""
+        with self._lock:
+            self._check_open()
+            for prefix in self._state.subscribe(topic, sink=sink):
+                self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
+            self._data.add_profile(proto.ROLE_CONSUMER, topic)
             self._flush_out()
 
     def subscription(self) -> list[str]:

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Iterable
 from functools import partial
 from itertools import repeat
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..records import PartitionKey
 from .. import protocol as proto
@@ -45,13 +45,32 @@ HEADS_BACKOFF_MAX = 64  # the tail watch's interval doubles up to this many time
 GAP_RETRY = 0.2
 
 
+class RecordSink(Protocol):
+    """Where an internal topic's records go rather than into the ready queue (a deque is one)."""
+
+    def append(self, record: Record[bytes], /) -> None: ...
+
+    def extend(self, records: Iterable[Record[bytes]], /) -> None: ...
+
+
+@runtime_checkable
+class FrameSink(RecordSink, Protocol):
+    """A sink that also takes a message's records from its ``skip``-th on as they came, as the frames of a
+    (DIRECT-)RECORDS (the Kafka gateway's reader: it encodes Kafka batches from them, with no record object
+    on the way).  The consumer has checked them, and moved on past them."""
+
+    def add_frames(self, partition: str, msg: proto.DirectRecordsMsg, skip: int, /) -> None: ...
+
+
 class Partition:
     __slots__ = ("topic", "address", "next", "head", "pending", "fetch_seq", "fetch_end", "fetched_at",
                  "seen_next", "progress_at", "record_size", "window_from", "window_bytes", "watched_next",
-                 "sink", "probing", "quiet_next")
+                 "sink", "frame_sink", "probing", "quiet_next")
 
-    def __init__(self, topic: str, address: str, next_offset: int, sink: deque[Record[bytes]]) -> None:
+    def __init__(self, topic: str, address: str, next_offset: int, sink: RecordSink) -> None:
         self.sink = sink  # where its records are delivered: the ready queue, or an internal topic's own
+        # ...which may take a message's records as they came (its frames), rather than built as records
+        self.frame_sink: FrameSink | None = sink if isinstance(sink, FrameSink) else None
         self.topic = topic
         self.address = address
         self.next = next_offset  # the next sequence to deliver
@@ -132,7 +151,7 @@ class ConsumerState(RecordIntake):
         # them (:meth:`start`); internal topics (the group's offsets) are read whole, from the
         # earliest record, into queues of their own.
         self.group = group
-        self.sinks: dict[str, deque[Record[bytes]]] = {}
+        self.sinks: dict[str, RecordSink] = {}
         # A group member subscribes to the records of the partitions it reads only (publishers filter the
         # rest out): SUB prefixes to add (True) or remove (False), for the consumer to apply.
         self.sub_changes: list[tuple[bool, bytes]] = []
@@ -145,7 +164,7 @@ class ConsumerState(RecordIntake):
 
     # -- subscriptions ------------------------------------------------------
 
-    def subscribe(self, topic: str, sink: deque[Record[bytes]] | None = None, since_ms: int | None = None) -> list[bytes]:
+    def subscribe(self, topic: str, sink: RecordSink | None = None, since_ms: int | None = None) -> list[bytes]:
         """Subscribe to ``topic``; returns the SUB prefixes to add.  With a
         ``sink`` it is an internal topic: every partition is read from the
         earliest record into ``sink``, never into :attr:`ready`.  With
@@ -505,18 +524,17 @@ class ConsumerState(RecordIntake):
         end = first + msg.count
         if end <= p.next:
             return  # all duplicates
-        keys = record_extras(msg)
-        if msg.stamps and self.store_times and (not msg.times or _UNTIMED in msg.times):
-            keys = stamped_extras(msg, keys)
         if p.record_size < 0:
             p.record_size = len(msg.contents) // msg.count
         if first > p.next:  # ahead of a gap: keep what the buffer bound allows, fetch the gap
             values = split_contents(msg.lengths, msg.contents)
-            for seq, content, key in zip(range(first, end), values, keys or repeat(None)):
+            for seq, content, key in zip(range(first, end), values, self._extras(msg) or repeat(None)):
                 self._on_record(p, seq, content, key)
             return
         start = p.next
-        if keys is None:
+        if p.frame_sink is not None:
+            p.frame_sink.add_frames(p.address, msg, start - first)
+        elif (keys := self._extras(msg)) is None:
             p.sink.extend(split_records(p.topic, p.address, first, msg.lengths, msg.contents, start - first))
         else:
             values = split_contents(msg.lengths, msg.contents)[start - first:]
@@ -531,6 +549,13 @@ class ConsumerState(RecordIntake):
             for stale in [s for s in pending if s < end]:
                 del pending[stale]
         self._after_delivery(p, end - 1)
+
+    def _extras(self, msg: proto.DirectRecordsMsg) -> list[Any] | None:
+        """:func:`record_extras` of ``msg``, with its store's times if the consumer gives them."""
+        keys = record_extras(msg)
+        if msg.stamps and self.store_times and (not msg.times or _UNTIMED in msg.times):
+            keys = stamped_extras(msg, keys)
+        return keys
 
     def _on_record(self, p: Partition, seq: int, content: bytes, key: bytes | None = None) -> None:
         if p.record_size < 0:
