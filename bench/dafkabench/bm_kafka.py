@@ -6,7 +6,10 @@ Per record size, on one cluster (a tower, a store process):
   consumer role reading the partition back from the store;
 * **through the gateway**: confluent-kafka (librdkafka) producing the same
   records to the gateway (``acks=all``, ``linger.ms`` 5, idempotence on),
-  then a confluent-kafka consumer reading them from offset 0;
+  then a confluent-kafka consumer reading them from offset 0, and run.py's
+  consumer role reading those same records: a Kafka record has a timestamp,
+  which a store keeps in an entry of its own, so this row is what the stores
+  serve of them without the gateway;
 * **latency**: a confluent-kafka producer paced at ``--kafka-rate`` records/s
   stamps each record, a confluent-kafka consumer at the end takes the
   difference (p50, p99, after the first second); once at librdkafka's default
@@ -396,6 +399,11 @@ def run_size(records: int, size: int, rate: int, latency_seconds: float, out: di
         gateway = Gateway(cluster, Path(work) / "gateway.log")
         out["kafka_produce"], out["kafka_consume"] = _through(gateway, f"bench-{size}", records, size, work)
         out["gateway_rss_mib"] = gateway.rss.peak
+        # the same records read by a dafka-py consumer: what a store serves of records with timestamps (a
+        # Kafka producer's), an entry more a record in LevelDB, with no gateway on the way
+        r = result_of(cluster.spawn("consumer", "--records", str(records + WARM_RECORDS + 2), "--size", str(size),
+                                    "--reset", "earliest", "--topic", f"bench-{size}"))
+        out["native_catchup_kafka_records"] = {"rate": rate_of(r), "cpu_us": r.get("cpu_us")}
         if latency_seconds > 0 and size == 100:
             # librdkafka's default linger.ms (5 ms since 1.5, as the Java client's since 4.0), then 0: a Produce
             # request a record, what the gateway's cost a request bounds
@@ -455,6 +463,10 @@ def report(results: list[dict]) -> list[str]:
         lines.append(row("kafka consumer from 0", kc["rate"], nc["rate"],
                          f"gateway {kc['gateway_cpu_us']:.2f} us, client {kc['client_cpu_us']:.2f} us"
                          + ("" if kc["received"] >= r["records"] else f", ONLY {kc['received']:,} RECEIVED")))
+        same = r.get("native_catchup_kafka_records")
+        if same:
+            lines.append(row("native catch-up, kafka records", same["rate"], nc["rate"],
+                             f"consumer {same['cpu_us']:.2f} us; the kafka consumer {kc['rate'] / same['rate']:.2f}x it"))
         lines.append(f"  {r['size']:>5} B  gateway peak RSS {r['gateway_rss_mib']:.0f} MiB; raw ceiling {ceiling_rate:,.0f}/s")
         sec = r.get("secured", {})
         if "skipped" in sec:
