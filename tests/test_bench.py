@@ -211,3 +211,12 @@ def test_a_wrong_scenario_name_names_itself():
     done = subprocess.run([sys.executable, str(BENCH), "--skip", "store,bogus"], capture_output=True, text=True,
                           timeout=60, env=AS_A_USER)
     assert done.returncode == 2 and "unknown scenario bogus" in done.stderr, done.stderr
+
+
+def test_the_ab_run_installs_the_whole_checkout():
+    """--ab copies the checkout's working tree (its side of the comparison) and reads releases from CHANGELOG:
+    from the package's folder, both live two levels up."""
+    from dafkabench import ab
+
+    assert (ab.ROOT / "pyproject.toml").is_file() and (ab.ROOT / "CHANGELOG.md").is_file()
+    assert ab.resolve("v0.3.0") == ab.resolve("1d87b47")

@@ -37,7 +37,7 @@ from .bm_recovery import scenario_recovery
 from .bm_store import scenario_store
 from .cluster import PYTHON, ScenarioFailed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (bench/dafkabench/ab.py)
 SCENARIOS = ("live", "store", "recovery")
 DEFAULT_REV = "v0.2.0"
 PURE = "pure"  # --ab pure: this checkout without its compiled twins
@@ -71,9 +71,13 @@ def install(commit: str | None, into: Path) -> str:
         src.mkdir(parents=True)
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(into / "venv")], check=True)
+    # without a pip of its own, which would bring ensurepip's old setuptools into the build (it cannot read
+    # pyproject's SPDX license): this interpreter's pip installs into it, with this interpreter's setuptools
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(into / "venv")],
+                   check=True)
     python = str(into / "venv" / "bin" / "python")
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(src)], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps",
+                    "--no-build-isolation", str(src)], check=True)
     where = subprocess.run([python, "-c", "import dafka, sys; print(dafka.__file__)"], cwd=into, check=True,
                            capture_output=True, text=True).stdout.strip()
     if not where.startswith(str(into / "venv")):
