@@ -36,7 +36,7 @@ from .. import protocol as proto
 from .bulk import SETTLE
 
 MAX_RECORDS = 1024  # records per RECORDS at most...
-MAX_BYTES = 64 * 1024  # ...and bytes of contents (a bigger record travels alone)
+MAX_BYTES = 256 * 1024  # ...and bytes of contents (a bigger record travels alone)
 BURST_GAP = 20e-6  # a record published sooner than this after the previous one is part of a burst
 LINGER = 0.001  # seconds a record of a burst may wait for more to join it
 # A burst already in hand (Producer.send_many: a mirror, a CDC connector) goes out in RECORDS as big as
