@@ -316,8 +316,7 @@ define("producer/send_bytes", "int", 268435456,
        "records a producer's socket queues for one subscriber that reads too slowly; beyond it that subscriber's "
        "records are dropped and it fetches them again; libzmq counts messages, so the queue holds "
        "send_bytes / 256 KiB of them, the largest a dafka-py peer sends (and at most producer/high_watermark); "
-       "a producer keeps at most 3/8 of those messages in batches unacked (libzmq may see a queue full at half of "
-       "them), so that a store's queue never drops", minimum=262144, unit="bytes")
+       "keep it above producer/max_unacked_bytes, so that a store's queue never drops", minimum=262144, unit="bytes")
 define("producer/send_timeout", "int", 60000, "how long send blocks while the buffer is full",
        minimum=0, unit=_MS)
 define("producer/close_timeout", "int", 30000, "how long close waits for outstanding ACKs",

@@ -151,28 +151,6 @@ def test_a_full_buffer_refuses_by_bytes_too():
     assert state.publish(b"12345") == 1 and state.next_seq == 2
 
 
-def test_batches_that_wait_for_acks_are_bounded_so_that_a_slow_stores_send_queue_never_drops():
-    """libzmq's queue to a store counts messages, whatever their size: a producer keeps at most
-    ``max_unacked_messages`` batches unacked, and sends nothing more until the stores ACK one."""
-    state = ProducerState(P, "t", max_unacked_messages=2)
-    state.audience.batches = state.audience.keyed = True
-    for first in (0, 2):
-        assert state.publish(b"a") == first and state.publish(b"b") == first + 1
-        assert len(state.take_batch()) == 1
-    assert state.unacked_messages == 2 and not state.has_room(1) and not state.room_for(1, 1)
-    assert state.publish(b"c") == -1 and state.publish_many([b"c"], 1) == -1, "a third batch waits"
-    state.on_ack("s", ack(2))  # the first batch acked, the second only in part
-    assert state.unacked_messages == 1 and state.publish(b"c") == 4
-    state.on_ack("s", ack(3))
-    assert state.unacked_messages == 0
-    none = ProducerState(P, "t", min_acks=0, max_unacked_messages=1)  # nothing waits for acks: no bound
-    none.audience.batches = True
-    for _ in range(3):
-        none.publish(b"x")
-        none.take_batch()
-    assert none.unacked_messages == 0 and none.publish(b"y") == 3
-
-
 def test_publish_many_takes_a_burst_whole_or_not_at_all():
     state = ProducerState(P, "t", max_unacked=5, max_unacked_bytes=100)
     assert state.publish_many([b"a", b"b", b"c"], 3) == 0

@@ -11,8 +11,6 @@ cdef class Outbox:
     cdef public object min_acks
     cdef public Py_ssize_t max_unacked
     cdef public Py_ssize_t max_unacked_bytes
-    cdef public Py_ssize_t unacked_messages
-    cdef public Py_ssize_t max_unacked_messages
     cdef public object audience
     cdef public object next_seq
     cdef public object base

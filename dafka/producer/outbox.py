@@ -32,15 +32,10 @@ class Outbox:
     (``audience.batches``), published records also wait in ``batch``, from
     sequence ``batch_first`` on."""
 
-    def __init__(self, min_acks: int, max_unacked: int, max_unacked_bytes: int, audience: Any,
-                 max_unacked_messages: int = 1 << 62) -> None:
+    def __init__(self, min_acks: int, max_unacked: int, max_unacked_bytes: int, audience: Any) -> None:
         self.min_acks = min_acks
         self.max_unacked = max_unacked
         self.max_unacked_bytes = max_unacked_bytes
-        # RECORDS (and KEYED-RECORDS) sent and not all acked, and how many may be: libzmq's send queue to a
-        # store counts messages, and a store that reads too slowly has at most these queued (none dropped)
-        self.unacked_messages = 0
-        self.max_unacked_messages = max_unacked_messages
         self.audience = audience  # a batching.Audience: who reads what
         self.next_seq = 0
         self.base = 0  # sequence of buffer[0]
@@ -71,8 +66,7 @@ class Outbox:
         buffer = self.buffer
         size = len(content)
         if self.min_acks:
-            if buffer and (len(buffer) >= self.max_unacked or self.buffered_bytes + size > self.max_unacked_bytes
-                           or self.unacked_messages >= self.max_unacked_messages):
+            if buffer and (len(buffer) >= self.max_unacked or self.buffered_bytes + size > self.max_unacked_bytes):
                 return -1
             buffer.append(content)
             self.buffered_bytes += size

@@ -163,16 +163,12 @@ class Producer(Generic[V]):
                               key="producer/min_acks")
         self.max_record_bytes = c["producer/max_record_bytes"]
         self.send_timeout = c["producer/send_timeout"] / 1000.0
-        send_queue = queue_messages(c["producer/send_bytes"], c["producer/high_watermark"])
         self._state = ProducerState(
             self.address,
             topic,
             min_acks=self.min_acks,
             max_unacked=c["producer/max_unacked"],
             max_unacked_bytes=c["producer/max_unacked_bytes"],
-            # libzmq sees a queue's reader's progress every half queue (its low-water mark): a queue may fill
-            # at half its messages. An eighth more is left to HEADs and FETCH answers.
-            max_unacked_messages=max(1, send_queue // 2 - send_queue // 8),
             fetch_inflight_bytes=c["producer/fetch_inflight_bytes"],
             started=_clock(),
         )
@@ -194,7 +190,7 @@ class Producer(Generic[V]):
         self._ctx = ctx or zmq.Context.instance()
         self._pub = self._ctx.socket(zmq.XPUB)
         self._pub.setsockopt(zmq.XPUB_VERBOSER, 1)  # every (un)subscription: who reads RECORDS (dafka.protocol.batching)
-        self._pub.sndhwm = send_queue
+        self._pub.sndhwm = queue_messages(c["producer/send_bytes"], c["producer/high_watermark"])
         self._pub.linger = 1000
         # A resuming producer asks for its head under a temporary address (dafka.producer.resume, rule 5),
         # tagged as a producer's: the next resume neither waits for it to connect nor, once it is gone, to expire.
@@ -592,8 +588,7 @@ class Producer(Generic[V]):
         return BufferFull(
             f"{state.unacked} records ({state.buffered_bytes} bytes) await acks from "
             f"{self.min_acks} store(s); waited {waited:.3g}s for room (producer/max_unacked="
-            f"{state.max_unacked}, producer/max_unacked_bytes={state.max_unacked_bytes}, batches "
-            f"{state.unacked_messages} of {state.max_unacked_messages}: producer/send_bytes)"
+            f"{state.max_unacked}, producer/max_unacked_bytes={state.max_unacked_bytes})"
         )
 
     def _flush_timeout(self, waited: float) -> FlushTimeout:

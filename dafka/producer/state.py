@@ -61,16 +61,11 @@ class ProducerState(Outbox):
         min_acks: int = 1,
         max_unacked: int = 1_000_000,
         max_unacked_bytes: int = 128 * 1024 * 1024,
-        max_unacked_messages: int = 1 << 62,
         fetch_inflight_bytes: int = 32 * 1024 * 1024,
         started: float = float("-inf"),
     ) -> None:
-        """``started``: when the partition began, on the clock of :meth:`publish`.  ``max_unacked_messages``:
-        the batches (RECORDS, KEYED-RECORDS) that may wait for acks, below the messages the producer's send
-        queue holds for one subscriber (so that a store that reads too slowly loses none)."""
-        super().__init__(min_acks, max_unacked, max_unacked_bytes, batching.Audience(topic, address),
-                         max_unacked_messages)
-        self._message_ends: deque[int] = deque()  # the last sequence of each batch sent and not acked
+        """``started``: when the partition began, on the clock of :meth:`publish`."""
+        super().__init__(min_acks, max_unacked, max_unacked_bytes, batching.Audience(topic, address))
         self.address = address
         self.topic = topic
         self.record_prefix = proto.record_prefix(proto.RECORD, topic, address, topic)
@@ -105,8 +100,7 @@ class ProducerState(Outbox):
     def has_room(self, size: int) -> bool:
         if self.min_acks == 0 or not self.buffer:
             return True
-        return len(self.buffer) < self.max_unacked and self.buffered_bytes + size <= self.max_unacked_bytes and \
-            self.unacked_messages < self.max_unacked_messages
+        return len(self.buffer) < self.max_unacked and self.buffered_bytes + size <= self.max_unacked_bytes
 
     def publish_keyed(self, content: bytes, key: bytes | None, now: float = 0.0,
                       attributes: Attributes | None = None) -> int:
@@ -144,8 +138,7 @@ class ProducerState(Outbox):
         """Whether the unacked buffer takes ``n`` records of ``size`` bytes together now (always when it is
         empty, or when nothing waits for acks: ``min_acks`` 0)."""
         return not self.min_acks or not self.buffer or (
-            len(self.buffer) + n <= self.max_unacked and self.buffered_bytes + size <= self.max_unacked_bytes
-            and self.unacked_messages < self.max_unacked_messages)
+            len(self.buffer) + n <= self.max_unacked and self.buffered_bytes + size <= self.max_unacked_bytes)
 
     def publish_many(self, values: Sequence[bytes], size: int, now: float = 0.0,
                      keys: Sequence[bytes | None] | None = None,
@@ -251,10 +244,6 @@ class ProducerState(Outbox):
         if released <= self.released:
             return False
         self.released = released
-        ends = self._message_ends
-        while ends and ends[0] <= released:
-            ends.popleft()
-        self.unacked_messages = len(ends)
         held = self.buffered_bytes
         while self.base <= released and self.buffer:
             self._drop_oldest()
@@ -390,9 +379,6 @@ class ProducerState(Outbox):
         self.batch_attributes = None
         self.batch_bytes = 0
         self.batches_sent += 1
-        if self.min_acks:
-            self._message_ends.append(self.batch_first + n - 1)
-            self.unacked_messages = len(self._message_ends)
         return messages
 
     @property
