@@ -134,6 +134,11 @@ cdef inline Py_ssize_t _put_varint(uint8_t* out, int64_t value) noexcept nogil:
     return n + 1
 
 
+cdef inline void _check_cut(Py_ssize_t at, uint64_t n, Py_ssize_t size, str what) except *:
+    if <uint64_t>at + n > <uint64_t>size:
+        raise ValueError(f"{what} of {n} bytes at {at} of {size}")
+
+
 cdef class _Out:
     cdef bytearray buf
     cdef Py_ssize_t used
@@ -167,6 +172,17 @@ cdef class _Out:
 
     cdef inline void varint(self, int64_t value) except *:
         self.used += _put_varint(self.room(10), value)
+
+    cdef inline void dafka_blob(self, const uint8_t* base, Py_ssize_t at, uint64_t n, Py_ssize_t size,
+                                str what) except *:
+        """``n`` bytes at ``at`` of ``base`` (``size`` long), a blob that dafka's u32 lengths frame (2^32-1:
+        null), as Kafka's: its varint length (-1 for null) and its bytes."""
+        if n == 0xFFFFFFFF:
+            self.varint(-1)
+            return
+        _check_cut(at, n, size, what)
+        self.varint(<int64_t>n)
+        self.raw(<const char*>base + at, <Py_ssize_t>n)
 
     cdef inline void blob(self, object value) except *:
         cdef bytes raw
@@ -230,11 +246,6 @@ cdef inline int64_t _i64le(const uint8_t* p) noexcept nogil:
     for k in range(7, -1, -1):
         v = (v << 8) | p[k]
     return <int64_t>v
-
-
-cdef inline void _check_cut(Py_ssize_t at, uint64_t n, Py_ssize_t size, str what) except *:
-    if <uint64_t>at + n > <uint64_t>size:
-        raise ValueError(f"{what} of {n} bytes at {at} of {size}")
 
 
 def encode_frames(frames, Py_ssize_t lo, Py_ssize_t hi, default_ts):
@@ -311,14 +322,10 @@ def encode_frames(frames, Py_ssize_t lo, Py_ssize_t hi, default_ts):
             out.used += 1
             out.varint(ts - first_ts)
             out.varint(i - lo)
-            if key_n == 0xFFFFFFFF:
-                out.varint(-1)
-            else:
-                out.varint(<int64_t>key_n)
-                out.raw(<const char*>key_p + key_at, <Py_ssize_t>key_n)
+            out.dafka_blob(key_p, key_at, key_n, key_size, "a key")
+            if key_n != 0xFFFFFFFF:
                 key_at += <Py_ssize_t>key_n
-            out.varint(<int64_t>value_n)
-            out.raw(<const char*>value_p + value_at, <Py_ssize_t>value_n)
+            out.dafka_blob(value_p, value_at, value_n, value_size, "a value")
             value_at += <Py_ssize_t>value_n
             out.room(1)[0] = 0  # no headers
             out.used += 1
@@ -329,17 +336,11 @@ def encode_frames(frames, Py_ssize_t lo, Py_ssize_t hi, default_ts):
         record.varint(ts - first_ts)
         record.varint(i - lo)
         n = _u32le(key_sizes + 4 * i) if keyed else 0xFFFFFFFF
-        if n == 0xFFFFFFFF:
-            record.varint(-1)
-        else:
-            _check_cut(key_at, n, key_size, "a key")
-            record.varint(<int64_t>n)
-            record.raw(<const char*>key_p + key_at, <Py_ssize_t>n)
+        record.dafka_blob(key_p, key_at, n, key_size, "a key")
+        if n != 0xFFFFFFFF:
             key_at += <Py_ssize_t>n
         n = _u32le(sizes + 4 * i)
-        _check_cut(value_at, n, value_size, "a value")
-        record.varint(<int64_t>n)
-        record.raw(<const char*>value_p + value_at, <Py_ssize_t>n)
+        record.dafka_blob(value_p, value_at, n, value_size, "a value")
         value_at += <Py_ssize_t>n
         n = _u32le(header_sizes + 4 * i)
         _check_cut(header_at, n, header_size, "headers")
@@ -359,12 +360,8 @@ def encode_frames(frames, Py_ssize_t lo, Py_ssize_t hi, default_ts):
             _check_cut(pos, 4, blob_end, "a header value's length")
             n = _u32le(header_p + pos)
             pos += 4
-            if n == 0xFFFFFFFF:
-                record.varint(-1)
-            else:
-                _check_cut(pos, n, blob_end, "a header value")
-                record.varint(<int64_t>n)
-                record.raw(<const char*>header_p + pos, <Py_ssize_t>n)
+            record.dafka_blob(header_p, pos, n, blob_end, "a header value")
+            if n != 0xFFFFFFFF:
                 pos += <Py_ssize_t>n
             headers_n += 1
         at = <uint8_t*>PyByteArray_AS_STRING(record.buf)
