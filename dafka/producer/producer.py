@@ -758,6 +758,8 @@ class Producer(Generic[V]):
                 for i, frame in enumerate(frames):
                     _raw_send(pub, frame, 0 if i == last else zmq.SNDMORE, len(frame) < ZERO_COPY_BYTES)
             self._look_if_due()
+            # a burst's next record is timed from here: the send itself is no pause in the burst
+            self._state.last_publish = _clock()
 
     def _key_bytes(self, key: Any) -> bytes:
         raw = key if self.key_serializer is None else self.key_serializer(key)
