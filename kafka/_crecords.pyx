@@ -180,6 +180,12 @@ cdef class _Out:
         if n == 0xFFFFFFFF:
             self.varint(-1)
             return
+        self.bytes_at(base, at, n, size, what)
+
+    cdef inline void bytes_at(self, const uint8_t* base, Py_ssize_t at, uint64_t n, Py_ssize_t size,
+                              str what) except *:
+        """``n`` bytes at ``at`` of ``base`` (``size`` long), never null (a value), as Kafka's: its varint
+        length and its bytes."""
         _check_cut(at, n, size, what)
         self.varint(<int64_t>n)
         self.raw(<const char*>base + at, <Py_ssize_t>n)
@@ -325,7 +331,7 @@ def encode_frames(frames, Py_ssize_t lo, Py_ssize_t hi, default_ts):
             out.dafka_blob(key_p, key_at, key_n, key_size, "a key")
             if key_n != 0xFFFFFFFF:
                 key_at += <Py_ssize_t>key_n
-            out.dafka_blob(value_p, value_at, value_n, value_size, "a value")
+            out.bytes_at(value_p, value_at, value_n, value_size, "a value")
             value_at += <Py_ssize_t>value_n
             out.room(1)[0] = 0  # no headers
             out.used += 1
@@ -340,7 +346,7 @@ def encode_frames(frames, Py_ssize_t lo, Py_ssize_t hi, default_ts):
         if n != 0xFFFFFFFF:
             key_at += <Py_ssize_t>n
         n = _u32le(sizes + 4 * i)
-        record.dafka_blob(value_p, value_at, n, value_size, "a value")
+        record.bytes_at(value_p, value_at, n, value_size, "a value")
         value_at += <Py_ssize_t>n
         n = _u32le(header_sizes + 4 * i)
         _check_cut(header_at, n, header_size, "headers")

@@ -401,3 +401,17 @@ def test_fuzz_a_stores_answer_becomes_the_kafka_batch_its_records_make(recs, seq
     got = call(twin.encode_frames, damaged, lo, hi, default_ts)
     assert got == call(records.PURE["encode_frames"], damaged, lo, hi, default_ts)
     assert got[0] == "ok" or got == ("raised", ValueError)
+
+
+@pytest.mark.parametrize("with_headers", [False, True])
+def test_a_value_length_that_says_null_is_refused_by_both_frame_encoders(with_headers):
+    """A dafka value is never null: a length of 2^32-1 (NO_KEY, NULL_VALUE where null exists) in the
+    lengths frame is damage, raised as ValueError by the pure and the compiled encoder alike, with or
+    without headers (the compiled one writes those records by two paths)."""
+    twin = _crecords()
+    held = [attributes.record_attributes([("h", b"1")] if with_headers else None, 5)]
+    times, header_lengths, header_blob = attributes.pack(held)
+    msg = DirectKeyedRecordsMsg("consumer", "store", "topic", 0, struct.pack("<I", 2**32 - 1), b"v", (), b"", b"",
+                                times, header_lengths, header_blob)
+    assert call(records.PURE["encode_frames"], msg, 0, 1, 0) == ("raised", ValueError)
+    assert call(twin.encode_frames, msg, 0, 1, 0) == ("raised", ValueError)
