@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from dafka.core import extensions
-from dafka.protocol.attributes import NO_TIME, Attributes, encode_headers
+from dafka.protocol.attributes import NO_TIME, NULL_VALUE, Attributes, encode_headers
+from dafka.protocol.messages import NO_KEY
 from dafka.protocol.packing import SWAP, lengths_of
 
 from .wire import DecodeError, Reader, varint
@@ -148,8 +149,6 @@ class RecordFrames(Protocol):
     def stamps(self) -> tuple[tuple[int, int], ...]: ...
 
 
-NO_KEY = 2 ** 32 - 1  # a key length that says the record has none (dafka.protocol.messages')
-NULL_HEADER = 2 ** 32 - 1  # a header value length that says it is null (dafka.protocol.attributes')
 
 
 def encode_frames(frames: RecordFrames, lo: int, hi: int, default_ts: int) -> tuple[bytes, int, int]:
@@ -226,7 +225,7 @@ def _cut(blob: bytes, at: int, n: int, what: str) -> bytes:
 
 
 def _kafka_headers(blob: bytes) -> list[bytes]:
-    """A record's headers in dafka's encoding (u32 little-endian lengths; NULL_HEADER: a null value), as a
+    """A record's headers in dafka's encoding (u32 little-endian lengths; NULL_VALUE: a null value), as a
     Kafka record's: their count, then each name and value with varint lengths (-1: null)."""
     out: list[bytes] = []
     pos, count = 0, 0
@@ -236,7 +235,7 @@ def _kafka_headers(blob: bytes) -> list[bytes]:
         pos += 4 + n
         n = int.from_bytes(_cut(blob, pos, 4, "a header value's length"), "little")
         pos += 4
-        if n == NULL_HEADER:
+        if n == NULL_VALUE:
             out.append(b"\x01")
         else:
             out += [varint(n), _cut(blob, pos, n, "a header value")]

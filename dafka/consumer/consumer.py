@@ -192,9 +192,7 @@ class Consumer(Generic[V]):
         with self._lock:
             self._check_open()
             for topic in names:
-                for prefix in self._state.subscribe(topic):
-                    self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
-                self._data.add_profile(proto.ROLE_CONSUMER, topic)
+                self._subscribe_topic(topic)
             self._flush_out()
 
     def deliver_into(self, topic: str, sink: RecordSink) -> None:
@@ -204,10 +202,14 @@ class Consumer(Generic[V]):
         records of a message as its frames came."""
         with self._lock:
             self._check_open()
-            for prefix in self._state.subscribe(topic, sink=sink):
-                self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
-            self._data.add_profile(proto.ROLE_CONSUMER, topic)
+            self._subscribe_topic(topic, sink)
             self._flush_out()
+
+    def _subscribe_topic(self, topic: str, sink: RecordSink | None = None) -> None:
+        """With the lock held: ``topic`` subscribed (into ``sink``, if given) and announced."""
+        for prefix in self._state.subscribe(topic, sink=sink):
+            self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
+        self._data.add_profile(proto.ROLE_CONSUMER, topic)
 
     def subscription(self) -> list[str]:
         """The topics subscribed to (without the group's offsets topic)."""
